@@ -1,0 +1,64 @@
+# AdaSPEC pipeline. Every target installs what it needs into a project-local virtualenv (.venv).
+# Extra Hydra overrides go in ARGS, e.g.  make stage3 ARGS="k=0.2 task=gsm8k task.local_dir=../shared/data/gsm8k"
+# GPU users: make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev
+ARGS ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(EXTRAS)
+TRAIN := $(PY) -m adaspec.train
+
+.PHONY: install demo stage1 stage2 stage3 eval sweep bench test test-slow lint clean-outputs
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+stage1: install
+	$(TRAIN) stage=target $(ARGS)
+
+stage2: install
+	$(TRAIN) stage=ref $(ARGS)
+
+stage3: install
+	$(TRAIN) stage=draft $(ARGS)
+
+eval: install
+	$(PY) -m adaspec.evaluate $(ARGS)
+
+# The whole pipeline on the embedded default: target -> reference -> AdaSPEC draft (k=0.4)
+# -> DistillSpec draft (k=1) -> speculative-decoding evaluation of both drafts.
+demo: install
+	$(TRAIN) stage=target $(ARGS)
+	$(TRAIN) stage=ref $(ARGS)
+	$(TRAIN) stage=draft k=0.4 $(ARGS)
+	$(TRAIN) stage=draft k=1.0 $(ARGS)
+	$(PY) -m adaspec.evaluate eval.draft_ks=[0.4,1.0] $(ARGS)
+
+# One draft per k against one shared target and reference.
+sweep: install
+	$(TRAIN) stage=target $(ARGS)
+	$(TRAIN) stage=ref $(ARGS)
+	$(TRAIN) -m stage=draft k=0.2,0.4,0.6,1.0 $(ARGS)
+
+bench: install
+	$(PY) -m adaspec.bench $(ARGS)
+
+test: install
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q
+
+test-slow: install
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m slow -q
+
+lint: install
+	$(VENV)/bin/ruff check src tests
+
+clean-outputs:
+	rm -rf outputs

@@ -1,0 +1,101 @@
+"""Stage artefacts: written atomically, identified by a fingerprint of what produced them.
+
+A `final/` folder holds the Hugging Face model and tokenizer, `config.yaml` (the resolved config),
+`metrics.json` and `meta.json` (stage, config fingerprint, weights hash, the upstream artefacts it
+was trained from). It is written to a temporary sibling and renamed into place, so a crash while
+saving never leaves a half-written `final/` for a later stage to load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaspec.errors import UserError
+
+META = "meta.json"
+METRICS = "metrics.json"
+
+
+def fingerprint(cfg: DictConfig, stage: str) -> str:
+    """Hash of the config sections that change what `stage` produces (not logging, not paths)."""
+    keys: dict[str, Any] = {"task": cfg.task, "model": cfg.model, "stage": cfg.stage}
+    if stage == "target":
+        keys["target_seed"] = cfg.target_seed
+    else:
+        keys["seed"] = cfg.seed
+    if stage == "draft":
+        keys["distill"] = cfg.distill
+        keys["k"] = cfg.k
+    plain = {name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for name, v in keys.items()}
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def weights_hash(folder: Path) -> str:
+    """Identity of a saved model and its tokenizer: hash of the weight and tokenizer files."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith((".safetensors", ".bin")) or name.startswith("tokenizer"):
+            with open(folder / name, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def read_meta(folder: Path) -> dict[str, Any]:
+    path = folder / META
+    if not path.is_file():
+        raise UserError(f"{folder} is not a finished stage artefact ({META} missing); retrain it")
+    return json.loads(path.read_text())
+
+
+def write_atomically(destination: Path, fill) -> None:
+    """Call `fill(tmp_folder)`, then move the folder to `destination`, replacing an old one only then."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=destination.parent))
+    try:
+        fill(tmp)
+        if destination.exists():
+            old = destination.with_name(f".{destination.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(destination, old)
+            os.replace(tmp, destination)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, destination)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_artefact(
+    destination: Path,
+    *,
+    model,
+    tokenizer,
+    cfg: DictConfig,
+    stage: str,
+    metrics: dict[str, Any],
+    upstream: dict[str, str] | None = None,
+) -> None:
+    def fill(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (folder / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
+        meta = {
+            "stage": stage,
+            "task": cfg.task.name,
+            "fingerprint": fingerprint(cfg, stage),
+            "weights": weights_hash(folder),
+            "upstream": upstream or {},
+        }
+        (folder / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    write_atomically(destination, fill)

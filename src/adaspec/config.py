@@ -1,0 +1,252 @@
+"""Structured-config schemas, registered in Hydra's ConfigStore, and value validation.
+
+Types, enums and unknown keys are checked by OmegaConf when Hydra composes the config. Ranges
+(k in (0, 1], positive learning rates, ...) are checked by `validate`, which every entry point
+calls before it loads any data or model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from adaspec.decoding.config import DecodeConfig
+from adaspec.errors import UserError
+
+
+class Divergence(StrEnum):
+    forward_kl = "forward_kl"
+    reverse_kl = "reverse_kl"
+    tvd = "tvd"
+
+
+class Selection(StrEnum):
+    # `global` is a Python keyword, so it cannot be an enum member name, which OmegaConf matches on;
+    # the config field is therefore a plain string checked by `validate`.
+    batch = "batch"
+    sequence = "sequence"
+    global_ = "global"
+
+
+class Normalize(StrEnum):
+    all_tokens = "all_tokens"
+    selected_tokens = "selected_tokens"
+
+
+STAGES = ("target", "ref", "draft")
+
+
+@dataclass
+class ArithConfig:
+    n_train: int = 4000
+    n_test: int = 200
+    min_steps: int = 2
+    max_steps: int = 3
+    max_number: int = 50
+    seed: int = 1234
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    kind: str = "math"  # math | code: selects the score and the domain strategies
+    local_dir: str | None = None  # folder of JSONL files instead of the Hugging Face Hub
+    hub_path: str | None = None
+    hub_name: str | None = None
+    max_length: int = 256  # prompt + answer tokens; longer examples are truncated
+    vocab_size: int = 1024  # BPE vocabulary of from-scratch models
+    n_train: int | None = None  # use only the first n training records (None: all)
+    n_test: int | None = None
+    n_val: int = 64  # held-out examples (from the test split) for the validation loss
+    arith: ArithConfig = field(default_factory=ArithConfig)
+
+
+@dataclass
+class ArchConfig:
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 2
+    intermediate_size: int = 256
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    source: str = "scratch"  # scratch | pretrained
+    target: ArchConfig = field(default_factory=ArchConfig)
+    draft: ArchConfig = field(default_factory=ArchConfig)
+    target_path: str | None = None  # pretrained presets: Hub id or local folder
+    draft_path: str | None = None
+    max_position_embeddings: int = 1024
+    attn_implementation: str = "sdpa"
+
+
+@dataclass
+class StageConfig:
+    name: str = MISSING  # target | ref | draft
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 16
+    max_epochs: int = 1
+    max_steps: int = -1  # -1: max_epochs decides
+    warmup_frac: float = 0.1
+    min_lr_ratio: float = 0.1  # cosine decays to min_lr_ratio * lr ...
+    decay_end_frac: float = 0.9  # ... at this fraction of the steps, and stays there
+    gradient_clip_val: float = 1.0
+    accumulate_grad_batches: int = 1
+    val_every_n_steps: int = 0  # 0: validate once per epoch
+    checkpoint_every_n_steps: int = 50
+    tag: str = ""  # suffix of the artefact folder, to keep variants apart
+
+
+@dataclass
+class DistillConfig:
+    name: str = MISSING
+    k_default: float = 0.4  # the top-level `k` defaults to this
+    divergence: Divergence = Divergence.forward_kl
+    selection: str = Selection.batch.value  # batch | sequence | global
+    normalize: Normalize = Normalize.all_tokens
+    refresh_every_n_steps: int = 1000  # selection=global: threshold refresh period
+    calibration_batches: int = 8  # selection=global: batches used to estimate the threshold
+    chunk_size: int = 1024  # tokens per chunk of the per-token divergence
+
+
+@dataclass
+class TrainerConfig:
+    _target_: str = "lightning.pytorch.Trainer"
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    deterministic: bool = False
+    log_every_n_steps: int = 10
+    enable_progress_bar: bool = True
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool = False
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "adaspec"
+    entity: str | None = None
+
+
+@dataclass
+class LoggerConfig:
+    name: str = MISSING
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+
+
+@dataclass
+class PathsConfig:
+    root: str = "outputs"
+
+
+@dataclass
+class EvalConfig:
+    n_prompts: int = 50
+    draft_ks: list[float] = field(default_factory=lambda: [0.4, 1.0])
+    compare_hf_assisted: bool = True
+
+
+@dataclass
+class Config:
+    task: TaskConfig = MISSING
+    model: ModelConfig = MISSING
+    stage: StageConfig = MISSING
+    distill: DistillConfig = MISSING
+    decode: DecodeConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = MISSING
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    k: float = 0.4
+    gamma: int = 5
+    seed: int = 0
+    target_seed: int = 0  # the target is shared by every seed of the reference and draft
+    resume: bool = False  # continue this stage from its last Lightning checkpoint
+    overwrite: bool = False  # retrain a stage whose artefact exists with another config
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, node in [
+        ("task", TaskConfig),
+        ("model", ModelConfig),
+        ("stage", StageConfig),
+        ("distill", DistillConfig),
+        ("decode", DecodeConfig),
+        ("trainer", TrainerConfig),
+        ("logger", LoggerConfig),
+    ]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
+
+
+register_configs()
+
+
+def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise UserError(f"config key `{key}`={value!r} is invalid: {allowed}")
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check value ranges that the schema types cannot express. Raises UserError naming the key."""
+    _check(0.0 < cfg.k <= 1.0, "k", cfg.k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
+    _check(cfg.gamma >= 1, "gamma", cfg.gamma, "must be an integer >= 1, e.g. gamma=5")
+    st = cfg.stage
+    _check(st.name in STAGES, "stage.name", st.name, f"must be one of {', '.join(STAGES)}")
+    _check(st.lr > 0, "stage.lr", st.lr, "must be > 0")
+    _check(st.weight_decay >= 0, "stage.weight_decay", st.weight_decay, "must be >= 0")
+    _check(st.batch_size >= 1, "stage.batch_size", st.batch_size, "must be >= 1")
+    _check(st.max_epochs >= 1, "stage.max_epochs", st.max_epochs, "must be >= 1")
+    _check(st.max_steps == -1 or st.max_steps >= 1, "stage.max_steps", st.max_steps, "must be -1 or >= 1")
+    _check(0 <= st.warmup_frac < 1, "stage.warmup_frac", st.warmup_frac, "must be in [0, 1)")
+    _check(0 < st.min_lr_ratio <= 1, "stage.min_lr_ratio", st.min_lr_ratio, "must be in (0, 1]")
+    _check(
+        st.warmup_frac < st.decay_end_frac <= 1,
+        "stage.decay_end_frac",
+        st.decay_end_frac,
+        "must be in (stage.warmup_frac, 1]",
+    )
+    d = cfg.distill
+    selections = [m.value for m in Selection]
+    _check(d.selection in selections, "distill.selection", d.selection, f"must be one of {', '.join(selections)}")
+    _check(d.refresh_every_n_steps >= 1, "distill.refresh_every_n_steps", d.refresh_every_n_steps, "must be >= 1")
+    _check(d.calibration_batches >= 1, "distill.calibration_batches", d.calibration_batches, "must be >= 1")
+    _check(d.chunk_size >= 1, "distill.chunk_size", d.chunk_size, "must be >= 1")
+    t = cfg.task
+    _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
+    _check(t.max_length >= 16, "task.max_length", t.max_length, "must be >= 16")
+    _check(t.vocab_size >= 300, "task.vocab_size", t.vocab_size, "must be >= 300 (256 bytes + merges)")
+    m = cfg.model
+    _check(m.source in ("scratch", "pretrained"), "model.source", m.source, "must be 'scratch' or 'pretrained'")
+    _check(
+        m.attn_implementation in ("auto", "sdpa", "eager", "flash_attention_2"),
+        "model.attn_implementation",
+        m.attn_implementation,
+        "must be one of auto, sdpa, eager, flash_attention_2",
+    )
+    for role in ("target", "draft"):
+        arch = m[role]
+        _check(
+            arch.hidden_size % arch.num_attention_heads == 0,
+            f"model.{role}.hidden_size",
+            arch.hidden_size,
+            f"must be divisible by model.{role}.num_attention_heads={arch.num_attention_heads}",
+        )
+    _check(cfg.decode.temperature >= 0, "decode.temperature", cfg.decode.temperature, "must be >= 0")
+    _check(cfg.eval.n_prompts >= 1, "eval.n_prompts", cfg.eval.n_prompts, "must be >= 1")
+    for kk in cfg.eval.draft_ks:
+        _check(0.0 < kk <= 1.0, "eval.draft_ks", list(cfg.eval.draft_ks), "every k must be in (0, 1]")
+    return cfg
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

@@ -1,0 +1,59 @@
+"""LightningDataModule over a task's examples: tokenise once, shuffle with the run's seed."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+from transformers import PreTrainedTokenizerBase
+
+from adaspec.data.encoding import Encoded, collate, encode_example
+from adaspec.data.tasks import Example
+
+
+def encode_all(tokenizer: PreTrainedTokenizerBase, examples: list[Example], max_length: int) -> list[Encoded]:
+    return [encode_example(tokenizer, e.prompt, e.target, max_length, i) for i, e in enumerate(examples)]
+
+
+class TaskDataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        splits: dict[str, list[Example]],
+        *,
+        batch_size: int,
+        max_length: int,
+        n_val: int,
+        seed: int,
+    ) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.seed = seed
+        self.pad_id = tokenizer.pad_token_id
+        self.train_set = encode_all(tokenizer, splits["train"], max_length)
+        self.val_set = encode_all(tokenizer, splits["test"][:n_val], max_length)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(self.seed),
+            collate_fn=partial(collate, pad_id=self.pad_id),
+        )
+
+    def calibration_dataloader(self, seed: int = 12345) -> DataLoader:
+        """Training batches in an order of their own, for estimating statistics without moving the
+        training loader's random state."""
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+            collate_fn=partial(collate, pad_id=self.pad_id),
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=partial(collate, pad_id=self.pad_id))

@@ -1,0 +1,60 @@
+"""Tasks: load a task's records and turn them into prompt/target examples.
+
+Every task returns the same shape, `{"train": [...], "test": [...]}` of `Example`, so the rest of
+the pipeline never asks which task it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig
+
+from adaspec.data import arith
+from adaspec.data.gsm8k import load_gsm8k
+from adaspec.data.mbpp import load_mbpp
+from adaspec.data.prompts import math_prompt, math_target
+from adaspec.errors import UserError
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    target: str  # the text the model learns to produce after the prompt (EOS is added later)
+    reference: str  # what the task's score compares against: the final number, or test code
+    record: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def load_arith(task: DictConfig) -> dict[str, list[Example]]:
+    a = task.arith
+    splits = arith.generate(
+        a.n_train, a.n_test, min_steps=a.min_steps, max_steps=a.max_steps, max_number=a.max_number, seed=a.seed
+    )
+    return {
+        split: [Example(math_prompt(p.question), math_target(p.answer), str(p.value)) for p in problems]
+        for split, problems in splits.items()
+    }
+
+
+LOADERS: dict[str, Callable[[DictConfig], dict[str, list[Example]]]] = {
+    "arith": load_arith,
+    "gsm8k": load_gsm8k,
+    "mbpp": load_mbpp,
+}
+
+
+def load_task(task: DictConfig) -> dict[str, list[Example]]:
+    """All splits of the task named by `task.name`, cut to `task.n_train` / `task.n_test` when set."""
+    if task.name not in LOADERS:
+        raise UserError(f"task.name={task.name!r} is unknown: choose one of {sorted(LOADERS)}")
+    splits = LOADERS[task.name](task)
+    if task.n_train is not None:
+        splits["train"] = splits["train"][: task.n_train]
+    if task.n_test is not None:
+        splits["test"] = splits["test"][: task.n_test]
+    for split in ("train", "test"):
+        if not splits.get(split):
+            raise UserError(f"task {task.name!r} has no {split} examples (check task.n_{split} and the data)")
+    return splits

@@ -1,0 +1,269 @@
+"""The process side of `adaspec.evaluation.sandbox`: run as a script, never imported.
+
+Started as `python -I -S -B sandbox_child.py` with a JSON spec on stdin. In order, it:
+  1. reads the spec and compiles the solution and the tests,
+  2. sets resource limits (memory, CPU, file size, open files, processes),
+  3. keeps the standard library importable after the privilege drop (see `keep_stdlib_importable`),
+  4. moves into the working directory and, when started as root, becomes the unprivileged user,
+  5. replaces the Python ways to fork, exec, signal, open sockets or write outside the directory,
+  6. runs the solution and then the tests in one namespace,
+  7. only if both finished, writes the nonce as the last line of stdout and exits 0.
+
+Exit status 1: the code raised (a failed assert included); 3: the sandbox itself could not be set up.
+Uses the standard library only: -S leaves site-packages out.
+"""
+
+import ast
+import builtins
+import importlib
+import io
+import json
+import os
+import resource
+import sys
+import traceback
+
+EXIT_CODE_RAISED = 1
+EXIT_SETUP_FAILED = 3
+# Modules whose import has visible effects; never imported on the code's behalf while still privileged.
+NEVER_PREIMPORT = frozenset({"antigravity", "this", "webbrowser", "__hello__", "__phello__"})
+REFUSED_OS_FUNCTIONS = (
+    "fork", "forkpty", "vfork", "system", "popen", "posix_spawn", "posix_spawnp",
+    "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe",
+    "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe",
+    "kill", "killpg", "setsid", "setpgid", "setpgrp", "setuid", "seteuid", "setreuid", "setresuid",
+    "setgid", "setegid", "setregid", "setresgid", "setgroups", "chroot", "unshare", "setns",
+)  # fmt: skip
+WRITING_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def set_limits(spec: dict) -> None:
+    limits = {
+        resource.RLIMIT_AS: spec["memory_bytes"],
+        resource.RLIMIT_CPU: spec["cpu_seconds"],
+        resource.RLIMIT_FSIZE: spec["file_bytes"],
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_NOFILE: spec["max_open_files"],
+        resource.RLIMIT_NPROC: spec["max_processes"],
+    }
+    for kind, value in limits.items():
+        # The hard CPU limit is one second above the soft one: SIGXCPU first, then SIGKILL.
+        hard = value + 1 if kind == resource.RLIMIT_CPU else value
+        resource.setrlimit(kind, (value, hard))
+
+
+def imported_module_names(*trees: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def preimport(names: set[str]) -> None:
+    """Import what the code names while the interpreter's files are still readable; missing ones are skipped."""
+    for name in sorted(names):
+        if name.split(".")[0] in NEVER_PREIMPORT:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:  # `from m import function` names no module; anything goes
+            pass
+
+
+def keep_stdlib_importable() -> None:
+    """Reach the standard library through open directory descriptors instead of its paths.
+
+    The interpreter may live under a directory that only root can enter (e.g. /root/.pyenv). After the
+    privilege drop, /proc/self/fd/N still leads into a directory opened before it, so lazy imports inside
+    the standard library (Counter.most_common imports heapq, strptime imports _strptime) keep working.
+    /proc/self/fd needs the process to stay "dumpable", which a uid change resets: see `drop_privileges`.
+    """
+    replacements: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        replacements[entry] = f"/proc/self/fd/{fd}"
+
+    def moved(path: str) -> str:
+        for old, new in replacements.items():
+            if path == old or path.startswith(old + os.sep):
+                return new + path[len(old) :]
+        return path
+
+    sys.path[:] = [moved(entry) for entry in sys.path]
+    for module in list(sys.modules.values()):
+        package_path = getattr(module, "__path__", None)
+        if isinstance(package_path, list):
+            package_path[:] = [moved(entry) for entry in package_path]
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    import ctypes  # loaded while privileged; refused to the code afterwards
+
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)  # as root this sets the real, effective and saved uid: there is no way back
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise RuntimeError(f"could not become uid {uid}")
+    pr_set_dumpable = 4
+    try:
+        ctypes.CDLL(None).prctl(pr_set_dumpable, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # then only the modules imported before the drop are available
+
+
+def refuse(what: str):
+    def refused(*args, **kwargs):
+        raise PermissionError(f"sandbox: {what} is not allowed")
+
+    return refused
+
+
+def inside_workdir_check(workdir: str):
+    root = os.path.realpath(workdir)
+    always_allowed = {os.devnull}
+
+    def is_inside(path, dir_fd=None) -> bool:
+        if isinstance(path, int):  # an already open descriptor
+            return True
+        path = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(path):
+            try:
+                path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+            except OSError:
+                return False
+        resolved = os.path.realpath(path)
+        return resolved == root or resolved.startswith(root + os.sep) or resolved in always_allowed
+
+    return is_inside
+
+
+def guard_writes(workdir: str) -> None:
+    """Refuse the usual Python ways of writing outside `workdir` (a guard against accidents, not attacks)."""
+    is_inside = inside_workdir_check(workdir)
+
+    def denied(path) -> PermissionError:
+        return PermissionError(f"sandbox: writing outside the working directory is not allowed: {path!r}")
+
+    real_open = builtins.open
+
+    def guarded_open(file, mode="r", *args, **kwargs):
+        if any(flag in mode for flag in "wax+") and not is_inside(file):
+            raise denied(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    real_os_open = os.open
+
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        if flags & WRITING_FLAGS and not is_inside(path, dir_fd):
+            raise denied(path)
+        return real_os_open(path, flags, mode, dir_fd=dir_fd)
+
+    class GuardedFileIO(io.FileIO):
+        def __init__(self, file, mode="r", *args, **kwargs):
+            if any(flag in mode for flag in "wax+") and not is_inside(file):
+                raise denied(file)
+            super().__init__(file, mode, *args, **kwargs)
+
+    def guard_paths(function, n_paths: int = 1):
+        def guarded(*args, **kwargs):
+            dir_fd = kwargs.get("dir_fd", kwargs.get("src_dir_fd"))
+            for path in args[:n_paths]:
+                if not is_inside(path, dir_fd):
+                    raise denied(path)
+            return function(*args, **kwargs)
+
+        return guarded
+
+    builtins.open = io.open = guarded_open
+    io.FileIO = GuardedFileIO
+    os.open = guarded_os_open
+    for name in ("remove", "unlink", "rmdir", "mkdir", "mkfifo", "mknod", "chmod", "chown", "lchown",
+                 "truncate", "utime", "removedirs"):  # fmt: skip
+        if hasattr(os, name):
+            setattr(os, name, guard_paths(getattr(os, name)))
+    for name in ("rename", "replace", "link", "symlink"):
+        setattr(os, name, guard_paths(getattr(os, name), n_paths=2))
+
+
+def guard_processes_and_network() -> None:
+    import _posixsubprocess
+    import _socket
+    import posix
+    import socket
+    import subprocess
+
+    for module in (os, posix):
+        for name in REFUSED_OS_FUNCTIONS:
+            if hasattr(module, name):
+                setattr(module, name, refuse(f"os.{name}"))
+    _posixsubprocess.fork_exec = refuse("starting a process")
+    subprocess.Popen = refuse("subprocess.Popen")
+    for module in (socket, _socket):
+        for name in ("socket", "socketpair", "fromfd", "create_connection", "create_server", "SocketType"):
+            if hasattr(module, name):
+                setattr(module, name, refuse(f"network access (socket.{name})"))
+    for name in ("ctypes", "_ctypes"):  # a C call would go around every guard above
+        sys.modules[name] = None
+
+
+def run(spec: dict) -> int:
+    write, exit_now = os.write, os._exit  # the code under test may replace the os module's copies
+    nonce = spec.pop("nonce")
+    try:
+        solution_tree = ast.parse(spec["code"], "solution.py")
+        tests_tree = ast.parse(spec["test_code"], "tests.py")
+        solution = compile(solution_tree, "solution.py", "exec")
+        tests = compile(tests_tree, "tests.py", "exec")
+    except (SyntaxError, ValueError):
+        traceback.print_exc()
+        return EXIT_CODE_RAISED
+    try:
+        set_limits(spec)
+        preimport(imported_module_names(solution_tree, tests_tree))
+        if spec["uid"] is not None:
+            keep_stdlib_importable()
+        os.chdir(spec["workdir"])
+        if spec["uid"] is not None:
+            drop_privileges(spec["uid"], spec["gid"])
+        guard_writes(spec["workdir"])
+        guard_processes_and_network()
+    except BaseException:
+        traceback.print_exc()
+        return EXIT_SETUP_FAILED
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(solution, namespace)
+        exec(tests, namespace)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # SystemExit too: exiting before the tests ran is no pass
+        traceback.print_exc()
+        return EXIT_CODE_RAISED
+    write(1, f"\n{nonce}\n".encode())
+    exit_now(0)
+
+
+def main() -> None:
+    spec = json.loads(sys.stdin.buffer.read())
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    status = run(spec)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

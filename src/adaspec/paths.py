@@ -1,0 +1,61 @@
+"""Where each stage's artefacts live, derived from the config alone.
+
+    <paths.root>/<task>/<model>/seed<target_seed>/target/        stage 1
+    <paths.root>/<task>/<model>/seed<seed>/draft_init/final      the draft/reference initial weights
+    <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2
+    <paths.root>/<task>/<model>/seed<seed>/draft-k<k>/           stage 3, one folder per k
+
+A stage folder holds `final/` (the save_pretrained artefact), `checkpoints/` and `logs/`. So
+`make stage1 stage2 stage3` need no path arguments, and a sweep over k shares one target and one
+reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+
+def _model_root(cfg: DictConfig) -> Path:
+    return Path(cfg.paths.root) / cfg.task.name / cfg.model.name
+
+
+def _suffix(tag: str) -> str:
+    return f"-{tag}" if tag else ""
+
+
+def format_k(k: float) -> str:
+    return f"{float(k):g}"
+
+
+def target_dir(cfg: DictConfig) -> Path:
+    tag = cfg.stage.tag if cfg.stage.name == "target" else ""
+    return _model_root(cfg) / f"seed{cfg.target_seed}" / f"target{_suffix(tag)}"
+
+
+def draft_init_dir(cfg: DictConfig) -> Path:
+    return _model_root(cfg) / f"seed{cfg.seed}" / "draft_init"
+
+
+def ref_dir(cfg: DictConfig) -> Path:
+    tag = cfg.stage.tag if cfg.stage.name == "ref" else ""
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}"
+
+
+def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None) -> Path:
+    k = cfg.k if k is None else k
+    tag = (cfg.stage.tag if cfg.stage.name == "draft" else "") if tag is None else tag
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}"
+
+
+def stage_dir(cfg: DictConfig) -> Path:
+    return {"target": target_dir, "ref": ref_dir, "draft": draft_dir}[cfg.stage.name](cfg)
+
+
+def final(stage_folder: Path) -> Path:
+    return stage_folder / "final"
+
+
+def eval_dir(cfg: DictConfig) -> Path:
+    return _model_root(cfg) / f"seed{cfg.seed}" / "eval"

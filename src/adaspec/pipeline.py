@@ -1,0 +1,213 @@
+"""Run one training stage end to end: check inputs, build data and models, fit, save the artefact.
+
+Everything a user can get wrong (config values, a missing upstream artefact, an interrupted run)
+is checked before any data or model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import wandb
+from omegaconf import DictConfig
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from adaspec import paths
+from adaspec.artefacts import fingerprint, read_meta, save_artefact
+from adaspec.callbacks.threshold import ThresholdRefresh
+from adaspec.config import validate
+from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.tasks import Example, load_task
+from adaspec.data.tokenizer import padded_vocab_size, train_bpe_tokenizer
+from adaspec.errors import UserError
+from adaspec.models.build import freeze, load_model, n_params, scratch_model
+from adaspec.stages.base import StageModule
+from adaspec.stages.draft import SelectiveDistill
+from adaspec.stages.ref import ReferenceDistill
+from adaspec.stages.target import TargetFinetune
+from adaspec.trainer import CHECKPOINTS, LAST_CHECKPOINT, build_trainer, total_steps
+
+MAKE_HINT = {
+    "target": "make stage1 (python -m adaspec.train stage=target)",
+    "ref": "make stage2 (python -m adaspec.train stage=ref)",
+    "draft": "make stage3 (python -m adaspec.train stage=draft)",
+}
+
+
+def _require(folder: Path, stage: str, needed_by: str, cfg: DictConfig) -> dict:
+    final = paths.final(folder)
+    if not (final / "meta.json").is_file():
+        raise UserError(
+            f"stage {needed_by} needs the {stage} artefact {final}, which does not exist; make it first with "
+            f"`{MAKE_HINT[stage]} task={cfg.task.name} model={cfg.model.name}` and the same seeds"
+        )
+    return read_meta(final)
+
+
+def check_upstream(cfg: DictConfig) -> dict[str, str]:
+    """The upstream artefacts this stage trains from, as {name: weights hash}; raises if any is missing."""
+    stage = cfg.stage.name
+    if stage == "target":
+        return {}
+    upstream = {"target": _require(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
+    if stage == "draft":
+        ref_meta = _require(paths.ref_dir(cfg), "ref", stage, cfg)
+        init_meta = read_meta(paths.final(paths.draft_init_dir(cfg)))
+        if ref_meta["upstream"].get("target") != upstream["target"]:
+            raise UserError(
+                f"the reference {paths.final(paths.ref_dir(cfg))} was distilled from another target than "
+                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
+            )
+        if ref_meta["upstream"].get("draft_init") != init_meta["weights"]:
+            raise UserError(
+                f"the reference {paths.final(paths.ref_dir(cfg))} did not start from the draft initialisation "
+                f"{paths.final(paths.draft_init_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
+            )
+        upstream["ref"] = ref_meta["weights"]
+        upstream["draft_init"] = init_meta["weights"]
+    return upstream
+
+
+def check_not_done(cfg: DictConfig, folder: Path) -> bool:
+    """True when a finished artefact of the same config exists (nothing to do); raises on conflicts."""
+    final = paths.final(folder)
+    last = folder / CHECKPOINTS / LAST_CHECKPOINT
+    if (final / "meta.json").is_file() and not cfg.resume:
+        same = read_meta(final)["fingerprint"] == fingerprint(cfg, cfg.stage.name)
+        if same and not cfg.overwrite:
+            return True
+        if not same and not cfg.overwrite:
+            raise UserError(
+                f"{final} exists and was trained with a different config; pass overwrite=true to replace it, "
+                f"or set stage.tag=<name> to keep both"
+            )
+    elif last.is_file() and not cfg.resume and not cfg.overwrite:
+        raise UserError(
+            f"an interrupted run left {last}; pass resume=true to continue it or overwrite=true to start over"
+        )
+    return False
+
+
+def training_texts(examples: list[Example]) -> list[str]:
+    return [e.prompt + e.target for e in examples]
+
+
+def load_tokenizer(cfg: DictConfig, splits: dict[str, list[Example]]) -> PreTrainedTokenizerBase:
+    """Stage 1 trains (or, for pretrained models, loads) the tokenizer; later stages read it from the target."""
+    if cfg.stage.name != "target":
+        return AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
+    if cfg.model.source == "pretrained":
+        return AutoTokenizer.from_pretrained(cfg.model.target_path)
+    return train_bpe_tokenizer(training_texts(splits["train"]), cfg.task.vocab_size)
+
+
+def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Path:
+    """The weights both the reference and every stage-3 draft start from, saved once per seed."""
+    folder = paths.final(paths.draft_init_dir(cfg))
+    if not (folder / "meta.json").is_file():
+        model = scratch_model(
+            cfg.model.draft,
+            vocab_size=padded_vocab_size(tokenizer),
+            max_positions=cfg.model.max_position_embeddings,
+            seed=cfg.seed,
+            tokenizer=tokenizer,
+        )
+        save_artefact(folder, model=model, tokenizer=tokenizer, cfg=cfg, stage="draft_init", metrics={})
+    return folder
+
+
+def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> StageModule:
+    stage, attn = cfg.stage.name, cfg.model.attn_implementation
+    if stage == "target":
+        if cfg.model.source == "pretrained":
+            student = load_model(cfg.model.target_path, attn)
+        else:
+            student = scratch_model(
+                cfg.model.target,
+                vocab_size=padded_vocab_size(tokenizer),
+                max_positions=cfg.model.max_position_embeddings,
+                seed=cfg.target_seed,
+                tokenizer=tokenizer,
+            )
+        return TargetFinetune(student, cfg.stage)
+    target = freeze(load_model(paths.final(paths.target_dir(cfg)), attn))
+    student = load_model(ensure_draft_init(cfg, tokenizer), attn)
+    if stage == "ref":
+        return ReferenceDistill(student, cfg.stage, cfg.distill, target)
+    reference = freeze(load_model(paths.final(paths.ref_dir(cfg)), attn))
+    return SelectiveDistill(student, cfg.stage, cfg.distill, target, reference, cfg.k)
+
+
+def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) -> list[pl.Callback]:
+    callbacks: list[pl.Callback] = []
+    if cfg.stage.name == "draft" and cfg.distill.selection == "global" and cfg.k < 1:
+        callbacks.append(
+            ThresholdRefresh(data.calibration_dataloader(), cfg.distill.calibration_batches, cfg.distill.refresh_every_n_steps)
+        )
+    return callbacks
+
+
+def run_stage(cfg: DictConfig) -> Path:
+    """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder."""
+    validate(cfg)
+    stage = cfg.stage.name
+    folder = paths.stage_dir(cfg)
+    if check_not_done(cfg, folder):
+        print(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
+        return paths.final(folder)
+    upstream = check_upstream(cfg)
+    pl.seed_everything(cfg.target_seed if stage == "target" else cfg.seed, workers=True, verbose=False)
+
+    splits = load_task(cfg.task)
+    tokenizer = load_tokenizer(cfg, splits)
+    if stage == "ref":
+        upstream["draft_init"] = read_meta(ensure_draft_init(cfg, tokenizer))["weights"]
+    data = TaskDataModule(
+        tokenizer,
+        splits,
+        batch_size=cfg.stage.batch_size,
+        max_length=cfg.task.max_length,
+        n_val=cfg.task.n_val,
+        seed=cfg.seed if stage != "target" else cfg.target_seed,
+    )
+    module = build_module(cfg, tokenizer)
+    steps = total_steps(cfg.stage, len(data.train_set))
+    run_name = f"{cfg.task.name}/{cfg.model.name}/{folder.parent.name}/{folder.name}"
+    trainer = build_trainer(cfg, folder, len(data.train_set), run_name, stage_callbacks(cfg, module, data))
+    last = folder / CHECKPOINTS / LAST_CHECKPOINT
+    ckpt_path = str(last) if cfg.resume and last.is_file() else None
+    print(
+        f"[adaspec] {stage}: training {n_params(module.student) / 1e6:.2f}M parameters for {steps} steps "
+        f"on {len(data.train_set)} examples -> {paths.final(folder)}" + (f" (resuming {last})" if ckpt_path else "")
+    )
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+    except FloatingPointError as err:
+        raise UserError(f"{err}; last good checkpoint: {last if last.is_file() else 'none'} (lower stage.lr)") from err
+    train_seconds = time.perf_counter() - started
+    if trainer.interrupted or trainer.global_step < steps:
+        raise UserError(
+            f"{stage} stopped at step {trainer.global_step} of {steps}; nothing was saved to {paths.final(folder)}. "
+            f"Continue with resume=true (last checkpoint: {last})"
+        )
+    final_train = {name: float(v) for name, v in trainer.callback_metrics.items() if name.startswith("train/")}
+    validation = trainer.validate(module, datamodule=data, verbose=False)[0]
+    metrics = {
+        **final_train,
+        **{name: float(v) for name, v in validation.items()},
+        "steps": trainer.global_step,
+        "train_seconds": round(train_seconds, 2),
+        "parameters": n_params(module.student),
+    }
+    save_artefact(
+        paths.final(folder), model=module.student, tokenizer=tokenizer, cfg=cfg, stage=stage, metrics=metrics, upstream=upstream
+    )
+    if wandb.run is not None:
+        wandb.run.summary.update(metrics)
+        wandb.finish()
+    print(f"[adaspec] {stage}: done in {train_seconds:.0f}s, {json.dumps(metrics)}")
+    return paths.final(folder)

@@ -1,0 +1,74 @@
+"""What every stage shares: the trained model, AdamW with the warmup-cosine schedule, logging."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import lightning.pytorch as pl
+import torch
+from omegaconf import DictConfig
+from transformers import PreTrainedModel
+
+from adaspec.stages.schedule import lr_multiplier
+
+
+class StageModule(pl.LightningModule):
+    """Base of the three stages. Subclasses implement `loss(batch) -> (loss, metrics)` and `val_metrics`.
+
+    Only `self.student` is registered as a submodule, so only it is optimised and checkpointed;
+    frozen teachers live in `self.frozen` (a plain dict), in eval mode and without gradients.
+    """
+
+    def __init__(self, student: PreTrainedModel, stage: DictConfig, frozen: dict[str, PreTrainedModel] | None = None):
+        super().__init__()
+        self.student = student
+        self.stage_cfg = stage
+        self.frozen = frozen or {}
+        self._step_started: float | None = None
+
+    def on_fit_start(self) -> None:
+        for model in self.frozen.values():
+            model.to(self.device).eval()
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def val_metrics(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def on_train_batch_start(self, batch, batch_idx: int) -> None:
+        self._step_started = time.perf_counter()
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss, metrics = self.loss(batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss {loss.item()} at step {self.global_step}")
+        n = batch["input_ids"].shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)
+        for name, value in metrics.items():
+            self.log(f"train/{name}", value, batch_size=n)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self._step_started is not None:
+            tokens = int(batch["attention_mask"].sum())
+            self.log("train/tokens_per_s", tokens / (time.perf_counter() - self._step_started))
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        for name, value in self.val_metrics(batch).items():
+            self.log(f"val/{name}", value, batch_size=batch["input_ids"].shape[0], prog_bar=True)
+
+    def configure_optimizers(self):
+        st = self.stage_cfg
+        optimizer = torch.optim.AdamW(self.student.parameters(), lr=st.lr, weight_decay=st.weight_decay)
+        schedule = partial(
+            lr_multiplier,
+            total_steps=max(1, self.trainer.max_steps),
+            warmup_frac=st.warmup_frac,
+            min_lr_ratio=st.min_lr_ratio,
+            decay_end_frac=st.decay_end_frac,
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

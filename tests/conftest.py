@@ -1,0 +1,60 @@
+"""Shared test fixtures: real Hydra composition of the project's configs at tiny sizes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+import adaspec.config  # noqa: E402,F401  (registers the schemas)
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Models and data small enough that a stage runs a few steps in seconds on two CPU cores.
+TINY = [
+    "model.target.hidden_size=32",
+    "model.target.num_hidden_layers=2",
+    "model.target.num_attention_heads=2",
+    "model.target.intermediate_size=64",
+    "model.draft.hidden_size=16",
+    "model.draft.num_hidden_layers=1",
+    "model.draft.num_attention_heads=2",
+    "model.draft.intermediate_size=32",
+    "model.max_position_embeddings=256",
+    "task.arith.n_train=64",
+    "task.arith.n_test=16",
+    "task.n_val=8",
+    "task.vocab_size=400",
+    "task.max_length=192",
+    "stage.batch_size=8",
+    "stage.max_steps=4",
+    "stage.checkpoint_every_n_steps=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    """compose(*overrides) at tiny sizes with outputs under a temporary folder."""
+
+    def make(*overrides: str) -> DictConfig:
+        return compose_config(*TINY, f"paths.root={tmp_path / 'outputs'}", *overrides)
+
+    return make

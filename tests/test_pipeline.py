@@ -1,0 +1,111 @@
+"""The three stages end to end at tiny sizes: artefacts, skipping, conflicts, missing inputs, resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from adaspec import paths
+from adaspec.artefacts import read_meta
+from adaspec.errors import UserError
+from adaspec.pipeline import build_module, run_stage
+from tests.conftest import REPO, TINY
+
+
+def logged_columns(stage_folder):
+    with open(stage_folder / "logs" / "metrics.csv") as fh:
+        return set(next(csv.reader(fh)))
+
+
+def test_three_stages_end_to_end(tiny_cfg):
+    target = run_stage(tiny_cfg("stage=target"))
+    ref = run_stage(tiny_cfg("stage=ref"))
+    ada = run_stage(tiny_cfg("stage=draft", "k=0.4"))
+    dspec = run_stage(tiny_cfg("stage=draft", "distill=distillspec"))
+
+    assert ada.parent.name == "draft-k0.4" and dspec.parent.name == "draft-k1"
+    for final in (target, ref, ada, dspec):
+        names = set(os.listdir(final))
+        assert {"model.safetensors", "tokenizer.json", "config.yaml", "metrics.json", "meta.json"} <= names
+        assert json.loads((final / "metrics.json").read_text())["steps"] == 4
+        assert "train/loss" in logged_columns(final.parent)
+    assert {"train/threshold", "train/selected_frac", "train/delta_mean", "train/tokens_per_s", "train/lr"} <= (
+        logged_columns(ada.parent)
+    )
+    # one tokenizer for all three models
+    assert (target / "tokenizer.json").read_text() == (ada / "tokenizer.json").read_text()
+    # the reference and both drafts started from the same initial weights
+    init = read_meta(paths.final(paths.draft_init_dir(tiny_cfg())))["weights"]
+    assert read_meta(ref)["upstream"]["draft_init"] == init
+    assert read_meta(ada)["upstream"]["draft_init"] == read_meta(dspec)["upstream"]["draft_init"] == init
+    assert read_meta(ada)["upstream"]["ref"] == read_meta(ref)["weights"]
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(target))
+    students = [build_module(tiny_cfg(f"stage={s}"), tok).student for s in ("ref", "draft")]
+    for a, b in zip(students[0].state_dict().values(), students[1].state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+    # a finished stage with the same config is skipped; another config is refused, not overwritten
+    stamp = (ada / "meta.json").stat().st_mtime_ns
+    assert run_stage(tiny_cfg("stage=draft", "k=0.4")) == ada
+    assert (ada / "meta.json").stat().st_mtime_ns == stamp
+    with pytest.raises(UserError, match="overwrite=true"):
+        run_stage(tiny_cfg("stage=draft", "k=0.4", "stage.lr=0.01"))
+    assert (ada / "meta.json").stat().st_mtime_ns == stamp
+    run_stage(tiny_cfg("stage=draft", "k=0.4", "stage.lr=0.01", "overwrite=true"))
+    assert (ada / "meta.json").stat().st_mtime_ns != stamp
+
+
+def test_global_selection_sets_and_logs_a_threshold(tiny_cfg):
+    run_stage(tiny_cfg("stage=target"))
+    run_stage(tiny_cfg("stage=ref"))
+    final = run_stage(tiny_cfg("stage=draft", "distill.selection=global", "distill.refresh_every_n_steps=2"))
+    with open(final.parent / "logs" / "metrics.csv") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("train/selected_frac")]
+    assert rows and all(r["train/threshold"] for r in rows)
+    # a fixed threshold selects about k of the tokens, not exactly k
+    assert 0.0 < sum(float(r["train/selected_frac"]) for r in rows) / len(rows) < 1.0
+
+
+@pytest.mark.parametrize("stage, missing", [("ref", "make stage1"), ("draft", "make stage1")])
+def test_missing_upstream_names_the_command(tiny_cfg, stage, missing):
+    with pytest.raises(UserError, match=missing):
+        run_stage(tiny_cfg(f"stage={stage}"))
+
+
+def test_draft_without_reference_names_stage2(tiny_cfg):
+    run_stage(tiny_cfg("stage=target"))
+    with pytest.raises(UserError, match="make stage2"):
+        run_stage(tiny_cfg("stage=draft"))
+
+
+def test_killed_stage_resumes_to_the_same_step_count(tiny_cfg, tmp_path):
+    overrides = [*TINY, f"paths.root={tmp_path / 'outputs'}", "stage=target", "stage.max_steps=60",
+                 "stage.checkpoint_every_n_steps=5"]
+    proc = subprocess.Popen([sys.executable, "-m", "adaspec.train", *overrides], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cfg = tiny_cfg("stage=target", "stage.max_steps=60", "stage.checkpoint_every_n_steps=5")
+    last = paths.target_dir(cfg) / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    while not last.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert last.exists(), "the run wrote no checkpoint"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (paths.final(paths.target_dir(cfg)) / "meta.json").exists()
+
+    with pytest.raises(UserError, match="resume=true"):
+        run_stage(cfg)
+    final = run_stage(tiny_cfg("stage=target", "stage.max_steps=60", "stage.checkpoint_every_n_steps=5", "resume=true"))
+    assert json.loads((final / "metrics.json").read_text())["steps"] == 60
