@@ -109,3 +109,10 @@ def test_killed_stage_resumes_to_the_same_step_count(tiny_cfg, tmp_path):
         run_stage(cfg)
     final = run_stage(tiny_cfg("stage=target", "stage.max_steps=60", "stage.checkpoint_every_n_steps=5", "resume=true"))
     assert json.loads((final / "metrics.json").read_text())["steps"] == 60
+
+
+def test_wandb_logger_runs_offline_beside_the_csv_log(tiny_cfg):
+    final = run_stage(tiny_cfg("stage=target", "logger=wandb", "stage.max_steps=2"))
+    runs = list((final.parent / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+    assert "train/loss" in logged_columns(final.parent)

@@ -100,6 +100,11 @@ class StageConfig:
     accumulate_grad_batches: int = 1
     val_every_n_steps: int = 0  # 0: validate once per epoch
     checkpoint_every_n_steps: int = 50
+    # Stages 2 and 3: measure the draft's acceptance against the frozen target with real speculative
+    # decoding every n optimiser steps (0: only at the end of training) on monitor_prompts held-out
+    # prompts (0: no monitor at all). See adaspec.callbacks.acceptance.
+    monitor_every_n_steps: int = 1000
+    monitor_prompts: int = 16
     tag: str = ""  # suffix of the artefact folder, to keep variants apart
 
 
@@ -149,9 +154,15 @@ class PathsConfig:
 
 @dataclass
 class EvalConfig:
-    n_prompts: int = 50
+    n_prompts: int = 50  # the first n test prompts of the task
     draft_ks: list[float] = field(default_factory=lambda: [0.4, 1.0])
     compare_hf_assisted: bool = True
+    # Acceptance against gamma (fixed gamma). Greedy decoding replays the target's output against the
+    # draft's predictions, exactly and for all prompts at the cost of one draft forward per prompt;
+    # with temperature > 0 it runs real speculative decoding on the first gamma_sweep_prompts prompts.
+    gammas: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 8])
+    gamma_sweep_prompts: int = 8
+    num_threads: int = 0  # torch threads during the benchmark; 0: keep torch's default
 
 
 @dataclass
@@ -245,6 +256,13 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check(cfg.eval.n_prompts >= 1, "eval.n_prompts", cfg.eval.n_prompts, "must be >= 1")
     for kk in cfg.eval.draft_ks:
         _check(0.0 < kk <= 1.0, "eval.draft_ks", list(cfg.eval.draft_ks), "every k must be in (0, 1]")
+    _check(len(cfg.eval.draft_ks) >= 1, "eval.draft_ks", list(cfg.eval.draft_ks), "name at least one k")
+    _check(all(g >= 1 for g in cfg.eval.gammas), "eval.gammas", list(cfg.eval.gammas), "every gamma must be >= 1")
+    _check(cfg.eval.gamma_sweep_prompts >= 0, "eval.gamma_sweep_prompts", cfg.eval.gamma_sweep_prompts, "must be >= 0")
+    _check(cfg.eval.num_threads >= 0, "eval.num_threads", cfg.eval.num_threads, "must be >= 0 (0: torch's default)")
+    _check(cfg.decode.max_new_tokens >= 1, "decode.max_new_tokens", cfg.decode.max_new_tokens, "must be >= 1")
+    _check(st.monitor_every_n_steps >= 0, "stage.monitor_every_n_steps", st.monitor_every_n_steps, "must be >= 0")
+    _check(st.monitor_prompts >= 0, "stage.monitor_prompts", st.monitor_prompts, "must be >= 0 (0: no monitor)")
     return cfg
 
 

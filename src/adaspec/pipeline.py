@@ -17,6 +17,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta, save_artefact
+from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.callbacks.threshold import ThresholdRefresh
 from adaspec.config import validate
 from adaspec.data.datamodule import TaskDataModule
@@ -37,12 +38,12 @@ MAKE_HINT = {
 }
 
 
-def _require(folder: Path, stage: str, needed_by: str, cfg: DictConfig) -> dict:
+def _require(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:
     final = paths.final(folder)
     if not (final / "meta.json").is_file():
         raise UserError(
             f"stage {needed_by} needs the {stage} artefact {final}, which does not exist; make it first with "
-            f"`{MAKE_HINT[stage]} task={cfg.task.name} model={cfg.model.name}` and the same seeds"
+            f"`{MAKE_HINT[stage]} task={cfg.task.name} model={cfg.model.name}{extra_args}` and the same seeds"
         )
     return read_meta(final)
 
@@ -146,6 +147,17 @@ def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) 
     if cfg.stage.name == "draft" and cfg.distill.selection == "global" and cfg.k < 1:
         callbacks.append(
             ThresholdRefresh(data.calibration_dataloader(), cfg.distill.calibration_batches, cfg.distill.refresh_every_n_steps)
+        )
+    prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
+    if cfg.stage.name in ("ref", "draft") and prompts:
+        eos = module.student.config.eos_token_id
+        callbacks.append(
+            AcceptanceMonitor(
+                prompts,
+                every_n_steps=cfg.stage.monitor_every_n_steps,
+                gamma=cfg.decode.gamma,
+                eos_token_id=eos[0] if isinstance(eos, list) else eos,
+            )
         )
     return callbacks
 

@@ -1,0 +1,102 @@
+"""The timed comparison: target-only decoding, our speculative decoding and HF assisted generation.
+
+Everything runs in one process, on the same prompts, with the same `max_new_tokens` and EOS, one
+prompt at a time (batch size 1) and interleaved per prompt (target, then for each draft ours and
+HF's), so slow drifts of the machine hit every method alike. One untimed warm-up generation of each
+method comes first. Every call is timed here the same way (`time.perf_counter`, after a device
+sync on GPU) and that time replaces the `wall_time_s` a method reports itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from adaspec.decoding import GenerationResult, Policy, speculative_generate, target_generate
+from adaspec.evaluation.hf_assisted import hf_assisted_generate
+
+
+@dataclass
+class Draft:
+    name: str  # row name in the results, e.g. "k0.4" or "k0.4-int8"
+    model: PreTrainedModel
+    compare_hf: bool = True  # also time HF assisted generation with this draft
+
+
+@dataclass
+class Measurements:
+    target: list[GenerationResult] = field(default_factory=list)
+    speculative: dict[str, list[GenerationResult]] = field(default_factory=dict)
+    hf_assisted: dict[str, list[GenerationResult]] = field(default_factory=dict)
+
+
+def _timed(run: Callable[[], GenerationResult], device: torch.device) -> GenerationResult:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    result = run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return dataclasses.replace(result, wall_time_s=time.perf_counter() - start)
+
+
+def benchmark(
+    target: PreTrainedModel,
+    drafts: list[Draft],
+    prompts: list[Tensor],
+    *,
+    make_policy: Callable[[], Policy],
+    gamma: int,
+    max_new_tokens: int,
+    temperature: float,
+    eos_token_id: int | None,
+    pad_token_id: int | None,
+    seed: int = 0,
+    progress: bool = True,
+) -> Measurements:
+    """Generate from every prompt ([1, T] on the models' device) with each method; see the module docstring.
+
+    `make_policy()` gives our engine its gamma policy; HF assisted generation always uses a constant
+    `gamma`. With `temperature > 0` every method samples, from a generator seeded with `seed` + the
+    prompt's index.
+    """
+    device = prompts[0].device
+
+    def generator(i: int) -> torch.Generator | None:
+        return torch.Generator(device=device).manual_seed(seed + i) if temperature > 0 else None
+
+    def run_target(ids: Tensor, i: int) -> GenerationResult:
+        return target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                               temperature=temperature, generator=generator(i))
+
+    def run_ours(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
+        return speculative_generate(target, draft.model, ids, gamma_policy=make_policy(), max_new_tokens=max_new_tokens,
+                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i))
+
+    def run_hf(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
+        torch.manual_seed(seed + i)  # HF samples from the global generator
+        return hf_assisted_generate(target, draft.model, ids, gamma=gamma, max_new_tokens=max_new_tokens,
+                                    eos_token_id=eos_token_id, pad_token_id=pad_token_id, temperature=temperature)
+
+    # Warm-up: first calls pay for lazy initialisation (kernels, allocator, caches).
+    run_target(prompts[0], 0)
+    for draft in drafts:
+        run_ours(draft, prompts[0], 0)
+        if draft.compare_hf:
+            run_hf(draft, prompts[0], 0)
+
+    out = Measurements(speculative={d.name: [] for d in drafts}, hf_assisted={d.name: [] for d in drafts if d.compare_hf})
+    for i, ids in enumerate(tqdm(prompts, desc="evaluate", unit="prompt", disable=not progress)):
+        out.target.append(_timed(lambda: run_target(ids, i), device))  # noqa: B023 (called at once)
+        for draft in drafts:
+            out.speculative[draft.name].append(_timed(lambda: run_ours(draft, ids, i), device))  # noqa: B023
+            if draft.compare_hf:
+                out.hf_assisted[draft.name].append(_timed(lambda: run_hf(draft, ids, i), device))  # noqa: B023
+    return out

@@ -1,0 +1,253 @@
+"""`python -m adaspec.evaluate`: speculative decoding of the target with each trained draft.
+
+For every k in `eval.draft_ks` (the draft at `paths.draft_dir(cfg, k)`; by default AdaSPEC k=0.4 and
+the DistillSpec baseline k=1) and, with `decode.draft_quant=int8`, its int8 copy, on the first
+`eval.n_prompts` test prompts of the task:
+
+1. time target-only decoding, our `speculative_generate` with the `decode` settings, and Hugging
+   Face assisted generation with a constant gamma (`adaspec.evaluation.benchmark`);
+2. report every metric of `decoding.aggregate`, the two wall-clock speed-ups, greedy agreement with
+   the target and the task's score (`adaspec.evaluation.summary`, `.scoring`);
+3. measure acceptance against gamma (`eval.gammas`; `adaspec.evaluation.replay` when greedy);
+4. write `results.json`, `results.md` and two PNG plots to `paths.eval_dir(cfg)/<setting>` (e.g.
+   `eval/greedy-g5`), log them to W&B when enabled, and print the table.
+
+Missing artefacts are reported before anything is loaded, naming the `make` command that makes them.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoTokenizer
+
+import adaspec
+from adaspec import paths
+from adaspec.config import validate
+from adaspec.data.tasks import Example, load_task
+from adaspec.decoding import (
+    DraftQuant,
+    FixedGamma,
+    GenerationResult,
+    build_gamma_policy,
+    quantize_draft_int8,
+    speculative_generate,
+)
+from adaspec.errors import UserError
+from adaspec.evaluation.benchmark import Draft, Measurements, benchmark
+from adaspec.evaluation.plots import (
+    ALPHA_VS_GAMMA_PNG,
+    REJECTION_PNG,
+    plot_alpha_vs_gamma,
+    plot_rejection_curves,
+)
+from adaspec.evaluation.replay import draft_matches, replay
+from adaspec.evaluation.report import markdown_table, write_results
+from adaspec.evaluation.scoring import task_metric, task_score
+from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
+from adaspec.evaluation.wandb_log import log_to_wandb
+from adaspec.models.build import load_model, n_params
+from adaspec.pipeline import _require as require_artefact
+
+
+def setting_name(decode: DictConfig) -> str:
+    """Subfolder of one decode setting: `greedy-g5`, `greedy-adaptive-g5`, `t0.7-g5`, ..."""
+    mode = "greedy" if decode.temperature == 0 else f"t{decode.temperature:g}"
+    policy = str(getattr(decode.policy, "value", decode.policy))
+    return f"{mode}{'' if policy == 'fixed' else '-' + policy}-g{decode.gamma}"
+
+
+def draft_name(k: float, quant: str = "none") -> str:
+    return f"k{paths.format_k(k)}" + ("" if quant == "none" else f"-{quant}")
+
+
+def draft_label(k: float, quant: str = "none") -> str:
+    method = "DistillSpec" if float(k) == 1.0 else "AdaSPEC"
+    return f"{method} k={paths.format_k(k)}" + ("" if quant == "none" else f" {quant}")
+
+
+def eval_device(cfg: DictConfig) -> torch.device:
+    wants_gpu = cfg.trainer.accelerator in ("gpu", "cuda", "auto")
+    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
+
+
+def check_artefacts(cfg: DictConfig) -> tuple[Path, dict[float, Path]]:
+    """The target's and each draft's `final/` folder; a UserError naming the make command if one is missing."""
+    target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    drafts: dict[float, Path] = {}
+    for k in cfg.eval.draft_ks:
+        folder = paths.draft_dir(cfg, k)
+        meta = require_artefact(folder, "draft", "evaluate", cfg, f" k={paths.format_k(k)}")
+        if meta["upstream"].get("target") != target_meta["weights"]:
+            raise UserError(
+                f"the draft {paths.final(folder)} was distilled from another target than "
+                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS=\"k={paths.format_k(k)} "
+                f"overwrite=true\"` (and stage2 first if the reference is stale too)"
+            )
+        drafts[float(k)] = paths.final(folder)
+    if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu":
+        raise UserError("decode.draft_quant=int8 runs on the CPU only (torch dynamic quantisation); add trainer=cpu")
+    return paths.final(paths.target_dir(cfg)), drafts
+
+
+def versions() -> dict[str, str]:
+    return {
+        "adaspec": adaspec.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def _texts(tokenizer, results: list[GenerationResult]) -> list[str]:
+    return [tokenizer.decode(r.tokens, skip_special_tokens=True) for r in results]
+
+
+def acceptance_vs_gamma(
+    cfg: DictConfig,
+    target,
+    draft,
+    prompts: list[torch.Tensor],
+    target_results: list[GenerationResult],
+    measured: list[GenerationResult],
+    eos_token_id: int | None,
+) -> dict[str, Any]:
+    """alpha, accept_rate, tau for each fixed gamma of `eval.gammas`.
+
+    Greedy: replayed exactly on every prompt from one draft forward each (`replay_mismatches` counts
+    the prompts where the replay of the configured policy disagrees with the measured blocks, a
+    check of the replay: expected 0). Sampling: real runs on the first `eval.gamma_sweep_prompts`.
+    """
+    decode, gammas = cfg.decode, [int(g) for g in cfg.eval.gammas]
+    if decode.temperature == 0:
+        vocab = min(target.config.vocab_size, draft.config.vocab_size)
+        matches = [draft_matches(draft, ids, r.tokens, vocab) for ids, r in zip(prompts, target_results, strict=True)]
+
+        def replayed(policy, i: int) -> GenerationResult:
+            return replay(target_results[i].tokens, matches[i], policy=policy, prompt_len=prompts[i].shape[1],
+                          max_new_tokens=decode.max_new_tokens, eos_token_id=eos_token_id)
+
+        check = sum(replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured))
+        by_gamma = {g: acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g) for g in gammas}
+        return {"method": "replay", "prompts": len(prompts), "replay_mismatches": check, "by_gamma": by_gamma}
+    subset = prompts[: cfg.eval.gamma_sweep_prompts]
+    by_gamma = {}
+    for g in gammas if subset else []:
+        runs = [
+            speculative_generate(target, draft, ids, gamma_policy=FixedGamma(g), max_new_tokens=decode.max_new_tokens,
+                                 eos_token_id=eos_token_id, temperature=decode.temperature,
+                                 generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i))
+            for i, ids in enumerate(subset)
+        ]
+        by_gamma[g] = acceptance_summary(runs, g)
+    return {"method": "sampled", "prompts": len(subset), "by_gamma": by_gamma}
+
+
+def summarise(
+    cfg: DictConfig,
+    examples: list[Example],
+    tokenizer,
+    target,
+    drafts: list[Draft],
+    prompts: list[torch.Tensor],
+    m: Measurements,
+    draft_info: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The results.json content, less the config and versions."""
+    decode, kind = cfg.decode, cfg.task.kind
+    metric = task_metric(kind)
+    greedy = decode.temperature == 0
+    eos = tokenizer.eos_token_id
+    scores: dict[tuple[str, ...], float] = {}
+
+    def score(results: list[GenerationResult]) -> float:
+        texts = _texts(tokenizer, results)
+        if tuple(texts) not in scores:  # identical outputs (greedy) are scored once: MBPP runs code
+            scores[tuple(texts)] = task_score(kind, texts, examples)
+        return scores[tuple(texts)]
+
+    rows: dict[str, dict[str, Any]] = {}
+    for draft in drafts:
+        spec = m.speculative[draft.name]
+        row = {**draft_info[draft.name], **draft_summary(spec, m.target, m.hf_assisted.get(draft.name),
+                                                         gamma=decode.gamma, greedy=greedy)}
+        row[metric] = score(spec)
+        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.model, prompts, m.target, spec, eos)
+        rows[draft.name] = row
+    return {
+        "setting": setting_name(decode),
+        "task": cfg.task.name,
+        "model": cfg.model.name,
+        "metric": metric,
+        "n_prompts": len(prompts),
+        "decode": OmegaConf.to_container(decode, resolve=True, enum_to_str=True),
+        "hf_assisted": {"num_assistant_tokens": decode.gamma, "num_assistant_tokens_schedule": "constant",
+                        "assistant_confidence_threshold": 0, "do_sample": not greedy}
+        if cfg.eval.compare_hf_assisted else None,
+        "target": {**target_summary(m.target), metric: score(m.target), "parameters": n_params(target)},
+        "drafts": rows,
+    }
+
+
+def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
+    """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content."""
+    validate(cfg)
+    target_path, draft_paths = check_artefacts(cfg)  # before anything is loaded
+    device = eval_device(cfg)
+    if cfg.eval.num_threads > 0:
+        torch.set_num_threads(cfg.eval.num_threads)
+    examples = load_task(cfg.task)["test"][: cfg.eval.n_prompts]
+    tokenizer = AutoTokenizer.from_pretrained(str(target_path))
+    attn = cfg.model.attn_implementation
+    target = load_model(target_path, attn).to(device).eval()
+
+    drafts: list[Draft] = []
+    draft_info: dict[str, dict[str, Any]] = {}
+    for k, path in draft_paths.items():
+        model = load_model(path, attn).to(device).eval()
+        variants = [("none", model)]
+        if cfg.decode.draft_quant == DraftQuant.int8:
+            variants.append(("int8", quantize_draft_int8(model)))
+        for quant, variant in variants:
+            name = draft_name(k, quant)
+            drafts.append(Draft(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
+            draft_info[name] = {"label": draft_label(k, quant), "k": k, "draft_quant": quant, "path": str(path),
+                                "parameters": n_params(model)}
+
+    prompts = [tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device) for e in examples]
+    decode = cfg.decode
+    measurements = benchmark(
+        target,
+        drafts,
+        prompts,
+        make_policy=lambda: build_gamma_policy(decode),
+        gamma=decode.gamma,
+        max_new_tokens=decode.max_new_tokens,
+        temperature=decode.temperature,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        seed=cfg.seed,
+        progress=progress,
+    )
+    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info)
+    results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    results["torch_threads"] = torch.get_num_threads()
+    results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    results["versions"] = versions()
+
+    folder = paths.eval_dir(cfg) / results["setting"]
+    images = {
+        "reject_rate_curve": plot_rejection_curves(results, folder / REJECTION_PNG),
+        "alpha_vs_gamma": plot_alpha_vs_gamma(results, folder / ALPHA_VS_GAMMA_PNG),
+    }
+    json_path, _ = write_results(folder, results)
+    log_to_wandb(cfg, results, folder, images)
+    print(markdown_table(results))
+    print(f"[adaspec] evaluate: wrote {json_path}, {folder / 'results.md'} and the plots in {folder}")
+    return results
