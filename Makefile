@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install demo stage1 stage2 stage3 eval sweep bench test test-slow lint clean-outputs
+.PHONY: install demo stage1 stage2 stage3 cache eval sweep bench test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ stage2: install
 
 stage3: install
 	$(TRAIN) stage=draft $(ARGS)
+
+# Teacher-signal cache: run the target once; stages 2-3 read it with ARGS="distill.teacher=cache".
+cache: install
+	$(PY) -m adaspec.cache $(ARGS)
 
 eval: install
 	$(PY) -m adaspec.evaluate $(ARGS)

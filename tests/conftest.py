@@ -40,6 +40,7 @@ TINY = [
     "stage.batch_size=8",
     "stage.max_steps=4",
     "stage.checkpoint_every_n_steps=2",
+    "stage.monitor_prompts=2",  # the acceptance monitor decodes 2 held-out prompts at the end of stages 2-3
     "trainer.enable_progress_bar=false",
     "trainer.log_every_n_steps=1",
 ]

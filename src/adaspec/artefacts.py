@@ -18,6 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from adaspec.config import DOMAIN_OPTION_STAGES
 from adaspec.errors import UserError
 
 META = "meta.json"
@@ -35,6 +36,10 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
         keys["distill"] = cfg.distill
         keys["k"] = cfg.k
     plain = {name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for name, v in keys.items()}
+    # task.default_k acts through k; task.domain options count only for the stages they change
+    plain["task"].pop("default_k", None)
+    domain = plain["task"].get("domain") or {}
+    plain["task"]["domain"] = {o: v for o, v in domain.items() if stage in DOMAIN_OPTION_STAGES.get(o, (stage,))}
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -83,9 +88,12 @@ def save_artefact(
     stage: str,
     metrics: dict[str, Any],
     upstream: dict[str, str] | None = None,
+    state_dict: dict | None = None,
 ) -> None:
+    """`state_dict`: the model's full weights where a sharding strategy keeps only a shard in `model`."""
+
     def fill(folder: Path) -> None:
-        model.save_pretrained(folder)
+        model.save_pretrained(folder, state_dict=state_dict)
         tokenizer.save_pretrained(folder)
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         (folder / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))

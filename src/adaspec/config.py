@@ -51,6 +51,29 @@ class ArithConfig:
 
 
 @dataclass
+class DomainConfig:
+    """Domain strategies of the practice note. Off here; conf/task/<task>.yaml turns on its task's defaults
+    (documented there). Each one is ablatable on the command line, e.g. task.domain.digit_weight=1."""
+
+    digit_weight: float = 1.0  # stages 2-3: loss weight of answer tokens that are digits (math: 2.0)
+    operator_weight: float = 1.0  # stages 2-3: loss weight of operator tokens + - * / = x (math: 1.5)
+    operator_embedding: bool = False  # stage 3: learned vector per operator type added to the draft's input rows
+    keep_whitespace_tokens: bool = False  # stage 3: newline/indentation tokens are always selected (code: on)
+    api_vocab_size: int = 0  # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
+
+
+# The stages each task.domain option changes; the others leave it out of their artefact fingerprint, so an
+# ablation such as task.domain.digit_weight=1 reuses the target (and stage-3-only options the reference).
+DOMAIN_OPTION_STAGES = {
+    "digit_weight": ("ref", "draft"),
+    "operator_weight": ("ref", "draft"),
+    "operator_embedding": ("draft",),
+    "keep_whitespace_tokens": ("draft",),
+    "api_vocab_size": ("target", "ref", "draft"),
+}
+
+
+@dataclass
 class TaskConfig:
     name: str = MISSING
     kind: str = "math"  # math | code: selects the score and the domain strategies
@@ -63,6 +86,10 @@ class TaskConfig:
     n_test: int | None = None
     n_val: int = 64  # held-out examples (from the test split) for the validation loss
     arith: ArithConfig = field(default_factory=ArithConfig)
+    # stage 3's token-selection ratio for this task: distill=adaspec makes it the default of the top-level
+    # `k` (distill=distillspec: 1.0; `k=...` on the command line wins). MBPP: 0.33.
+    default_k: float = 0.4
+    domain: DomainConfig = field(default_factory=DomainConfig)
 
 
 @dataclass
@@ -82,7 +109,10 @@ class ModelConfig:
     target_path: str | None = None  # pretrained presets: Hub id or local folder
     draft_path: str | None = None
     max_position_embeddings: int = 1024
-    attn_implementation: str = "sdpa"
+    # auto: flash_attention_2 when the flash-attn package and a CUDA GPU are there (and training runs in
+    # bf16/fp16), else sdpa. Asking for flash_attention_2 without them is an error before any model loads.
+    attn_implementation: str = "auto"
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass of the trained model
 
 
 @dataclass
@@ -101,8 +131,8 @@ class StageConfig:
     val_every_n_steps: int = 0  # 0: validate once per epoch
     checkpoint_every_n_steps: int = 50
     # Stages 2 and 3: measure the draft's acceptance against the frozen target with real speculative
-    # decoding every n optimiser steps (0: only at the end of training) on monitor_prompts held-out
-    # prompts (0: no monitor at all). See adaspec.callbacks.acceptance.
+    # decoding every n optimiser steps and at the end of training, on monitor_prompts held-out
+    # prompts; either set to 0 turns the monitor off. See adaspec.callbacks.acceptance.
     monitor_every_n_steps: int = 1000
     monitor_prompts: int = 16
     tag: str = ""  # suffix of the artefact folder, to keep variants apart
@@ -118,6 +148,13 @@ class DistillConfig:
     refresh_every_n_steps: int = 1000  # selection=global: threshold refresh period
     calibration_batches: int = 8  # selection=global: batches used to estimate the threshold
     chunk_size: int = 1024  # tokens per chunk of the per-token divergence
+    # selection=batch under data parallelism: False takes the top-k quantile of each device's batch (as the
+    # official code); True all-gathers dL from every device and thresholds at the quantile of the global batch.
+    global_quantile: bool = False
+    teacher: str = "live"  # live: run the target every batch; cache: read the teacher cache (`make cache`)
+    cache_mode: str = "exact"  # exact: full float16 log-probs; topk: top `cache_topk` + remaining mass
+    cache_topk: int = 64
+    cache_ref_kl: bool = False  # stage 3 with teacher=cache: also cache the reference's per-token KL
 
 
 @dataclass
@@ -128,6 +165,8 @@ class TrainerConfig:
     num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
+    # precision=16-mixed: initial dynamic loss scale (the practice note: 128; torch's default is 65536).
+    fp16_init_scale: float = 128.0
     deterministic: bool = False
     log_every_n_steps: int = 10
     enable_progress_bar: bool = True
@@ -232,10 +271,27 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check(d.refresh_every_n_steps >= 1, "distill.refresh_every_n_steps", d.refresh_every_n_steps, "must be >= 1")
     _check(d.calibration_batches >= 1, "distill.calibration_batches", d.calibration_batches, "must be >= 1")
     _check(d.chunk_size >= 1, "distill.chunk_size", d.chunk_size, "must be >= 1")
+    _check(d.teacher in ("live", "cache"), "distill.teacher", d.teacher, "must be 'live' or 'cache'")
+    _check(d.cache_mode in ("exact", "topk"), "distill.cache_mode", d.cache_mode, "must be 'exact' or 'topk'")
+    _check(d.cache_topk >= 1, "distill.cache_topk", d.cache_topk, "must be >= 1")
+    _check(
+        not (d.teacher == "cache" and d.cache_mode == "topk" and d.divergence != "forward_kl"),
+        "distill.divergence",
+        d.divergence,
+        "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
+    )
+    _check(
+        not (d.cache_ref_kl and d.teacher != "cache"), "distill.cache_ref_kl", d.cache_ref_kl, "needs distill.teacher=cache"
+    )
     t = cfg.task
     _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
     _check(t.max_length >= 16, "task.max_length", t.max_length, "must be >= 16")
     _check(t.vocab_size >= 300, "task.vocab_size", t.vocab_size, "must be >= 300 (256 bytes + merges)")
+    _check(0.0 < t.default_k <= 1.0, "task.default_k", t.default_k, "must be in (0, 1], e.g. 0.4")
+    dom = t.domain
+    for key in ("digit_weight", "operator_weight"):
+        _check(dom[key] > 0, f"task.domain.{key}", dom[key], "must be > 0 (1.0 turns the weighting off)")
+    _check(dom.api_vocab_size >= 0, "task.domain.api_vocab_size", dom.api_vocab_size, "must be >= 0 (0: off)")
     m = cfg.model
     _check(m.source in ("scratch", "pretrained"), "model.source", m.source, "must be 'scratch' or 'pretrained'")
     _check(
@@ -244,6 +300,17 @@ def validate(cfg: DictConfig) -> DictConfig:
         m.attn_implementation,
         "must be one of auto, sdpa, eager, flash_attention_2",
     )
+    if m.source == "pretrained":
+        for key in ("target_path", "draft_path"):
+            _check(bool(m[key]), f"model.{key}", m[key], "pretrained models need a Hub id or a local folder")
+    tr = cfg.trainer
+    precisions = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
+    _check(str(tr.precision) in precisions, "trainer.precision", tr.precision, f"must be one of {', '.join(precisions)}")
+    _check(tr.fp16_init_scale > 0, "trainer.fp16_init_scale", tr.fp16_init_scale, "must be > 0, e.g. 128")
+    _check(tr.num_nodes >= 1, "trainer.num_nodes", tr.num_nodes, "must be >= 1")
+    from adaspec.models.attention import check_attn_implementation
+
+    check_attn_implementation(m.attn_implementation)  # flash_attention_2 without flash-attn/CUDA: fail here
     for role in ("target", "draft"):
         arch = m[role]
         _check(

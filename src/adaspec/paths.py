@@ -57,5 +57,12 @@ def final(stage_folder: Path) -> Path:
     return stage_folder / "final"
 
 
+def teacher_cache_dir(cfg: DictConfig) -> Path:
+    """The teacher cache belongs to the target it was computed from."""
+    d = cfg.distill
+    name = "exact" if d.cache_mode == "exact" else f"topk{d.cache_topk}"
+    return target_dir(cfg) / "teacher_cache" / name
+
+
 def eval_dir(cfg: DictConfig) -> Path:
     return _model_root(cfg) / f"seed{cfg.seed}" / "eval"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import wandb
 from omegaconf import DictConfig
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -18,18 +19,43 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta, save_artefact
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
+from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
 from adaspec.config import validate
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tasks import Example, load_task
-from adaspec.data.tokenizer import padded_vocab_size, train_bpe_tokenizer
+from adaspec.data.tokenizer import frequent_dotted_names, padded_vocab_size, train_bpe_tokenizer
+from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
+from adaspec.distill.teacher import CachedTeacher
+from adaspec.distill.teacher_cache import TeacherCache
+from adaspec.distill.token_classes import domain_tables
+from adaspec.distributed import is_global_zero, say, wait_for
 from adaspec.errors import UserError
-from adaspec.models.build import freeze, load_model, n_params, scratch_model
+from adaspec.models.attention import resolve_attn_implementation
+from adaspec.models.build import (
+    enable_gradient_checkpointing,
+    freeze,
+    load_model,
+    n_params,
+    pretrained_tokenizer,
+    resize_embeddings,
+    scratch_model,
+)
+from adaspec.models.operator_embedding import add_operator_embedding
+from adaspec.models.vocab import check_stage_vocabularies, vocabulary_mismatch
 from adaspec.stages.base import StageModule
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.ref import ReferenceDistill
 from adaspec.stages.target import TargetFinetune
-from adaspec.trainer import CHECKPOINTS, LAST_CHECKPOINT, build_trainer, total_steps
+from adaspec.trainer import (
+    CHECKPOINTS,
+    LAST_CHECKPOINT,
+    build_trainer,
+    full_student_state,
+    is_half,
+    total_steps,
+    world_size,
+)
 
 MAKE_HINT = {
     "target": "make stage1 (python -m adaspec.train stage=target)",
@@ -101,14 +127,31 @@ def load_tokenizer(cfg: DictConfig, splits: dict[str, list[Example]]) -> PreTrai
     if cfg.stage.name != "target":
         return AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
     if cfg.model.source == "pretrained":
-        return AutoTokenizer.from_pretrained(cfg.model.target_path)
-    return train_bpe_tokenizer(training_texts(splits["train"]), cfg.task.vocab_size)
+        return pretrained_tokenizer(cfg.model.target_path)[0]  # with a pad token added if it had none
+    api_names = frequent_dotted_names([e.target for e in splits["train"]], cfg.task.domain.api_vocab_size)
+    return train_bpe_tokenizer(training_texts(splits["train"]), cfg.task.vocab_size, added_tokens=api_names)
 
 
 def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Path:
-    """The weights both the reference and every stage-3 draft start from, saved once per seed."""
+    """The weights both the reference and every stage-3 draft start from, saved once per seed (by global
+    rank zero; other ranks wait for it). From scratch, or the pretrained draft (model.draft_path) with
+    its embeddings resized to the target's tokenizer, saved with that tokenizer."""
     folder = paths.final(paths.draft_init_dir(cfg))
-    if not (folder / "meta.json").is_file():
+    if (folder / "meta.json").is_file():
+        return folder
+    if not is_global_zero():
+        wait_for(folder / "meta.json", "the draft initialisation")
+        return folder
+    if cfg.model.source == "pretrained":
+        own, n_added = pretrained_tokenizer(cfg.model.draft_path)
+        why = vocabulary_mismatch(tokenizer, own)
+        if why is not None:
+            raise UserError(
+                f"the draft model.draft_path={cfg.model.draft_path} does not share the target's tokenizer "
+                f"{paths.final(paths.target_dir(cfg))} ({why}); use a draft of the target's family"
+            )
+        model = resize_embeddings(load_model(cfg.model.draft_path, cfg.model.attn_implementation), tokenizer, n_added)
+    else:
         model = scratch_model(
             cfg.model.draft,
             vocab_size=padded_vocab_size(tokenizer),
@@ -116,15 +159,18 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
             seed=cfg.seed,
             tokenizer=tokenizer,
         )
-        save_artefact(folder, model=model, tokenizer=tokenizer, cfg=cfg, stage="draft_init", metrics={})
+    save_artefact(folder, model=model, tokenizer=tokenizer, cfg=cfg, stage="draft_init", metrics={})
     return folder
 
 
-def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> StageModule:
-    stage, attn = cfg.stage.name, cfg.model.attn_implementation
+def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule | None = None) -> StageModule:
+    stage = cfg.stage.name
+    attn = resolve_attn_implementation(cfg.model.attn_implementation, is_half(cfg.trainer.precision))
     if stage == "target":
-        if cfg.model.source == "pretrained":
-            student = load_model(cfg.model.target_path, attn)
+        if cfg.model.source == "pretrained":  # embeddings resized for the special tokens load_tokenizer added
+            student = resize_embeddings(
+                load_model(cfg.model.target_path, attn), tokenizer, pretrained_tokenizer(cfg.model.target_path)[1]
+            )
         else:
             student = scratch_model(
                 cfg.model.target,
@@ -134,12 +180,45 @@ def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> StageMo
                 tokenizer=tokenizer,
             )
         return TargetFinetune(student, cfg.stage)
-    target = freeze(load_model(paths.final(paths.target_dir(cfg)), attn))
+    teacher = cached_teacher(cfg, data) if cfg.distill.teacher == "cache" else None
+    # with a cached teacher the target is loaded only for the acceptance monitor, which decodes with it
+    needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0
+    target = freeze(load_model(paths.final(paths.target_dir(cfg)), attn)) if needs_target else None
     student = load_model(ensure_draft_init(cfg, tokenizer), attn)
+    domain = domain_tables(cfg.task.domain, tokenizer, stage)  # task.domain: loss weights, kept tokens
     if stage == "ref":
-        return ReferenceDistill(student, cfg.stage, cfg.distill, target)
-    reference = freeze(load_model(paths.final(paths.ref_dir(cfg)), attn))
-    return SelectiveDistill(student, cfg.stage, cfg.distill, target, reference, cfg.k)
+        return ReferenceDistill(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=domain.token_weights)
+    if domain.operator_types is not None:
+        add_operator_embedding(student, domain.operator_types)
+    ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
+    reference = None if ref_kl is not None else freeze(load_model(paths.final(paths.ref_dir(cfg)), attn))
+    return SelectiveDistill(
+        student, cfg.stage, cfg.distill, target, reference, cfg.k, teacher=teacher, ref_kl=ref_kl,
+        token_weights=domain.token_weights, always_keep=domain.always_keep,
+    )
+
+
+def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher:
+    """The teacher cache for this target and data; refuses one made for anything else."""
+    from adaspec.cache import cache_identity
+
+    cache = TeacherCache(paths.teacher_cache_dir(cfg))
+    cache.check_identity(cache_identity(cfg, data.train_set + data.val_set))
+    return CachedTeacher(cache, cfg.distill.divergence, cfg.distill.chunk_size)
+
+
+def cached_ref_kl(cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer) -> np.ndarray:
+    """The reference's per-token KL to the cached teacher, computed on first use."""
+    folder = paths.ref_dir(cfg) / "teacher_kl" / teacher.cache.spec.name
+    identity = {"reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"], **teacher.cache.meta["identity"]}
+    values = load_ref_kl(folder, identity)
+    if values is None:
+        reference = freeze(load_model(paths.final(paths.ref_dir(cfg)), cfg.model.attn_implementation))
+        values = write_ref_kl(
+            reference, teacher, data.train_set + data.val_set, folder, identity,
+            batch_size=cfg.stage.batch_size, pad_id=tokenizer.pad_token_id,
+        )
+    return values
 
 
 def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) -> list[pl.Callback]:
@@ -148,8 +227,10 @@ def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) 
         callbacks.append(
             ThresholdRefresh(data.calibration_dataloader(), cfg.distill.calibration_batches, cfg.distill.refresh_every_n_steps)
         )
+    if cfg.stage.name == "draft":  # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
+        callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
     prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
-    if cfg.stage.name in ("ref", "draft") and prompts:
+    if cfg.stage.name in ("ref", "draft") and cfg.stage.monitor_every_n_steps > 0 and prompts:
         eos = module.student.config.eos_token_id
         callbacks.append(
             AcceptanceMonitor(
@@ -168,9 +249,10 @@ def run_stage(cfg: DictConfig) -> Path:
     stage = cfg.stage.name
     folder = paths.stage_dir(cfg)
     if check_not_done(cfg, folder):
-        print(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
+        say(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
         return paths.final(folder)
     upstream = check_upstream(cfg)
+    check_stage_vocabularies(cfg)  # a draft/target pair, or artefacts, with different tokenizers: refuse
     pl.seed_everything(cfg.target_seed if stage == "target" else cfg.seed, workers=True, verbose=False)
 
     splits = load_task(cfg.task)
@@ -185,13 +267,15 @@ def run_stage(cfg: DictConfig) -> Path:
         n_val=cfg.task.n_val,
         seed=cfg.seed if stage != "target" else cfg.target_seed,
     )
-    module = build_module(cfg, tokenizer)
-    steps = total_steps(cfg.stage, len(data.train_set))
+    module = build_module(cfg, tokenizer, data)
+    if cfg.model.gradient_checkpointing:
+        enable_gradient_checkpointing(module.student)
+    steps = total_steps(cfg.stage, len(data.train_set), world_size(cfg.trainer))
     run_name = f"{cfg.task.name}/{cfg.model.name}/{folder.parent.name}/{folder.name}"
-    trainer = build_trainer(cfg, folder, len(data.train_set), run_name, stage_callbacks(cfg, module, data))
-    last = folder / CHECKPOINTS / LAST_CHECKPOINT
-    ckpt_path = str(last) if cfg.resume and last.is_file() else None
-    print(
+    trainer = build_trainer(cfg, folder, len(data.train_set), run_name, stage_callbacks(cfg, module, data), module)
+    last = folder / CHECKPOINTS / LAST_CHECKPOINT  # a folder under DeepSpeed
+    ckpt_path = str(last) if cfg.resume and last.exists() else None
+    say(
         f"[adaspec] {stage}: training {n_params(module.student) / 1e6:.2f}M parameters for {steps} steps "
         f"on {len(data.train_set)} examples -> {paths.final(folder)}" + (f" (resuming {last})" if ckpt_path else "")
     )
@@ -199,7 +283,7 @@ def run_stage(cfg: DictConfig) -> Path:
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     except FloatingPointError as err:
-        raise UserError(f"{err}; last good checkpoint: {last if last.is_file() else 'none'} (lower stage.lr)") from err
+        raise UserError(f"{err}; last good checkpoint: {last if last.exists() else 'none'} (lower stage.lr)") from err
     train_seconds = time.perf_counter() - started
     if trainer.interrupted or trainer.global_step < steps:
         raise UserError(
@@ -215,11 +299,14 @@ def run_stage(cfg: DictConfig) -> Path:
         "train_seconds": round(train_seconds, 2),
         "parameters": n_params(module.student),
     }
-    save_artefact(
-        paths.final(folder), model=module.student, tokenizer=tokenizer, cfg=cfg, stage=stage, metrics=metrics, upstream=upstream
-    )
+    state = full_student_state(trainer, module)  # FSDP / ZeRO-3: gathered on rank 0 (every rank takes part)
+    if trainer.is_global_zero:  # one writer: the other ranks of a data-parallel run return without saving
+        save_artefact(
+            paths.final(folder), model=module.student, tokenizer=tokenizer, cfg=cfg, stage=stage, metrics=metrics,
+            upstream=upstream, state_dict=state,
+        )
     if wandb.run is not None:
         wandb.run.summary.update(metrics)
         wandb.finish()
-    print(f"[adaspec] {stage}: done in {train_seconds:.0f}s, {json.dumps(metrics)}")
+    say(f"[adaspec] {stage}: done in {train_seconds:.0f}s, {json.dumps(metrics)}")
     return paths.final(folder)

@@ -13,8 +13,10 @@ from adaspec.data.encoding import Encoded, collate, encode_example
 from adaspec.data.tasks import Example
 
 
-def encode_all(tokenizer: PreTrainedTokenizerBase, examples: list[Example], max_length: int) -> list[Encoded]:
-    return [encode_example(tokenizer, e.prompt, e.target, max_length, i) for i, e in enumerate(examples)]
+def encode_all(
+    tokenizer: PreTrainedTokenizerBase, examples: list[Example], max_length: int, first_index: int = 0
+) -> list[Encoded]:
+    return [encode_example(tokenizer, e.prompt, e.target, max_length, first_index + i) for i, e in enumerate(examples)]
 
 
 class TaskDataModule(pl.LightningDataModule):
@@ -31,9 +33,11 @@ class TaskDataModule(pl.LightningDataModule):
         super().__init__()
         self.batch_size = batch_size
         self.seed = seed
+        self.tokenizer = tokenizer  # for callbacks that print tokens
         self.pad_id = tokenizer.pad_token_id
         self.train_set = encode_all(tokenizer, splits["train"], max_length)
-        self.val_set = encode_all(tokenizer, splits["test"][:n_val], max_length)
+        # validation indices follow the training ones, so one teacher cache can cover both
+        self.val_set = encode_all(tokenizer, splits["test"][:n_val], max_length, first_index=len(self.train_set))
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(

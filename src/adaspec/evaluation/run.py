@@ -38,6 +38,7 @@ from adaspec.decoding import (
     quantize_draft_int8,
     speculative_generate,
 )
+from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.errors import UserError
 from adaspec.evaluation.benchmark import Draft, Measurements, benchmark
 from adaspec.evaluation.plots import (
@@ -90,8 +91,8 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, dict[float, Path]]:
                 f"overwrite=true\"` (and stage2 first if the reference is stale too)"
             )
         drafts[float(k)] = paths.final(folder)
-    if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu":
-        raise UserError("decode.draft_quant=int8 runs on the CPU only (torch dynamic quantisation); add trainer=cpu")
+    if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu" and not can_load_8bit():
+        load_draft_8bit(paths.final(paths.draft_dir(cfg, cfg.eval.draft_ks[0])))  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
 
 
@@ -134,7 +135,7 @@ def acceptance_vs_gamma(
                           max_new_tokens=decode.max_new_tokens, eos_token_id=eos_token_id)
 
         check = sum(replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured))
-        by_gamma = {g: acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g) for g in gammas}
+        by_gamma = {str(g): acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g) for g in gammas}
         return {"method": "replay", "prompts": len(prompts), "replay_mismatches": check, "by_gamma": by_gamma}
     subset = prompts[: cfg.eval.gamma_sweep_prompts]
     by_gamma = {}
@@ -145,7 +146,7 @@ def acceptance_vs_gamma(
                                  generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i))
             for i, ids in enumerate(subset)
         ]
-        by_gamma[g] = acceptance_summary(runs, g)
+        by_gamma[str(g)] = acceptance_summary(runs, g)
     return {"method": "sampled", "prompts": len(subset), "by_gamma": by_gamma}
 
 
@@ -212,8 +213,9 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     for k, path in draft_paths.items():
         model = load_model(path, attn).to(device).eval()
         variants = [("none", model)]
-        if cfg.decode.draft_quant == DraftQuant.int8:
-            variants.append(("int8", quantize_draft_int8(model)))
+        if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
+            int8 = quantize_draft_int8(model) if device.type == "cpu" else load_draft_8bit(path, attn, device.index or 0)
+            variants.append(("int8", int8))
         for quant, variant in variants:
             name = draft_name(k, quant)
             drafts.append(Draft(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))

@@ -1,4 +1,4 @@
-"""Build from-scratch GPT-NeoX models and load saved stage artefacts."""
+"""Build from-scratch GPT-NeoX models, load saved stage artefacts and pretrained models."""
 
 from __future__ import annotations
 
@@ -6,10 +6,31 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
-from transformers import AutoModelForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedModel
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from adaspec.models.attention import resolve_attn_implementation
+
+# The official AdaSPEC code's defaults for special tokens a pretrained tokenizer lacks.
+DEFAULT_SPECIAL_TOKENS = {"pad_token": "[PAD]", "eos_token": "</s>", "bos_token": "<s>", "unk_token": "<unk>"}
 
 
-def scratch_model(arch: DictConfig, *, vocab_size: int, max_positions: int, seed: int, tokenizer) -> GPTNeoXForCausalLM:
+def scratch_model(
+    arch: DictConfig,
+    *,
+    vocab_size: int,
+    max_positions: int,
+    seed: int,
+    tokenizer,
+    attn_implementation: str = "auto",
+    half_precision: bool = False,
+) -> GPTNeoXForCausalLM:
     """A randomly initialised GPT-NeoX (Pythia architecture); the same seed gives the same weights."""
     config = GPTNeoXConfig(
         vocab_size=vocab_size,
@@ -24,13 +45,58 @@ def scratch_model(arch: DictConfig, *, vocab_size: int, max_positions: int, seed
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        attn_implementation=resolve_attn_implementation(attn_implementation, half_precision),
     )
     torch.manual_seed(seed)
     return GPTNeoXForCausalLM(config)
 
 
-def load_model(path: str | Path, attn_implementation: str = "sdpa") -> PreTrainedModel:
-    return AutoModelForCausalLM.from_pretrained(str(path), attn_implementation=attn_implementation, dtype=torch.float32)
+def load_model(
+    path: str | Path, attn_implementation: str = "auto", *, half_precision: bool = False, dtype: torch.dtype = torch.float32
+) -> PreTrainedModel:
+    """A saved artefact, a local folder or a Hub id. `auto` attention resolves to FlashAttention-2 only when
+    the model will run in bf16/fp16 (`half_precision`: under mixed-precision autocast, or a half `dtype`)."""
+    half = half_precision or dtype in (torch.float16, torch.bfloat16)
+    attn = resolve_attn_implementation(attn_implementation, half)
+    return AutoModelForCausalLM.from_pretrained(str(path), attn_implementation=attn, dtype=dtype)
+
+
+def pretrained_tokenizer(path: str | Path) -> tuple[PreTrainedTokenizerBase, int]:
+    """A pretrained tokenizer with the special tokens it lacked added, and how many were added."""
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    return tokenizer, add_missing_special_tokens(tokenizer)
+
+
+def add_missing_special_tokens(tokenizer: PreTrainedTokenizerBase) -> int:
+    """Give a pretrained tokenizer the pad/eos/bos/unk tokens it lacks, as the official AdaSPEC code
+    does (Pythia and CodeGen tokenizers have no pad token). Returns the number of tokens added."""
+    missing = {name: token for name, token in DEFAULT_SPECIAL_TOKENS.items() if getattr(tokenizer, name) is None}
+    return tokenizer.add_special_tokens(missing) if missing else 0
+
+
+def resize_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, n_added: int) -> PreTrainedModel:
+    """Resize the input and output embeddings to len(tokenizer) and set the rows of the `n_added` newest
+    tokens to the mean of the others (the official code's smart_tokenizer_and_embedding_resize). Applied
+    to the target and to the draft initialisation, so all three models have the same vocabulary width."""
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    if n_added > 0:
+        with torch.no_grad():
+            for emb in (model.get_input_embeddings(), model.get_output_embeddings()):
+                emb.weight[-n_added:] = emb.weight[:-n_added].mean(dim=0, keepdim=True)
+    special = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id,
+               "bos_token_id": tokenizer.bos_token_id}
+    for name, value in special.items():
+        setattr(model.config, name, value)
+        if model.generation_config is not None:
+            setattr(model.generation_config, name, value)
+    return model
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel) -> PreTrainedModel:
+    """Recompute activations in the backward pass (non-reentrant, which works under DDP and FSDP)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    return model
 
 
 def freeze(model: PreTrainedModel) -> PreTrainedModel:

@@ -18,6 +18,13 @@ class StageModule(pl.LightningModule):
 
     Only `self.student` is registered as a submodule, so only it is optimised and checkpointed;
     frozen teachers live in `self.frozen` (a plain dict), in eval mode and without gradients.
+
+    Under every strategy `on_fit_start` puts the frozen models on this process's device, in the
+    student's parameter dtype: float32 under `*-mixed` precision, where autocast runs their forward in
+    bf16/fp16 like the student's; bf16/fp16 under `*-true` precision and DeepSpeed, which convert the
+    student. FSDP and DeepSpeed shard only registered parameters, so frozen teachers are replicated on
+    every device, not sharded: they have no gradients or optimiser state (what sharding saves most on),
+    and sharding them would add an all-gather of weights that never change to every forward.
     """
 
     def __init__(self, student: PreTrainedModel, stage: DictConfig, frozen: dict[str, PreTrainedModel] | None = None):
@@ -28,8 +35,9 @@ class StageModule(pl.LightningModule):
         self._step_started: float | None = None
 
     def on_fit_start(self) -> None:
+        dtype = next((p.dtype for p in self.student.parameters() if p.is_floating_point()), None)
         for model in self.frozen.values():
-            model.to(self.device).eval()
+            model.to(device=self.device, dtype=dtype).eval()
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
@@ -42,8 +50,12 @@ class StageModule(pl.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, metrics = self.loss(batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite training loss {loss.item()} at step {self.global_step}")
+        finite = bool(torch.isfinite(loss))
+        # every rank of a data-parallel run stops together (one rank alone would leave the others waiting)
+        if not self.trainer.strategy.reduce_boolean_decision(finite, all=True):
+            raise FloatingPointError(
+                f"non-finite training loss ({loss.item() if not finite else 'on another rank'}) at step {self.global_step}"
+            )
         n = batch["input_ids"].shape[0]
         self.log("train/loss", loss, prog_bar=True, batch_size=n)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)
@@ -58,7 +70,7 @@ class StageModule(pl.LightningModule):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         for name, value in self.val_metrics(batch).items():
-            self.log(f"val/{name}", value, batch_size=batch["input_ids"].shape[0], prog_bar=True)
+            self.log(f"val/{name}", value, batch_size=batch["input_ids"].shape[0], prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self):
         st = self.stage_cfg

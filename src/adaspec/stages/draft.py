@@ -4,12 +4,15 @@ dL = L_draft - L_ref, the tokens where the draft lags furthest behind what the r
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel
 
 from adaspec.config import Normalize
-from adaspec.distill.selection import select_top_k
+from adaspec.distill.selection import select_top_k, threshold_for_fraction
+from adaspec.distill.tokens import answer_targets
+from adaspec.models.operator_embedding import merge_parametrizations
 from adaspec.stages.ref import ReferenceDistill
 
 
@@ -20,36 +23,77 @@ class SelectiveDistill(ReferenceDistill):
         stage: DictConfig,
         distill: DictConfig,
         target: PreTrainedModel,
-        reference: PreTrainedModel,
+        reference: PreTrainedModel | None,
         k: float,
+        teacher=None,
+        ref_kl: np.ndarray | None = None,
+        token_weights: torch.Tensor | None = None,
+        always_keep: torch.Tensor | None = None,
     ):
-        super().__init__(student, stage, distill, target, frozen={"reference": reference})
+        """With `ref_kl` (per cache row, see adaspec.distill.ref_kl_cache) the reference is never run.
+        `always_keep` [V] bool: label token ids selected whatever their dL (task.domain.keep_whitespace_tokens),
+        in addition to the top-k, which still ranks every token by the unweighted dL."""
+        frozen = {"reference": reference} if reference is not None else {}
+        super().__init__(student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights)
+        self.register_buffer("always_keep", always_keep, persistent=False)
+        self.ref_kl = ref_kl
         self.k = k
         self.threshold: float | None = None  # selection=global: set by the ThresholdRefresh callback
 
     def token_deltas(self, batch: dict[str, torch.Tensor]):
         """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1])."""
-        kl_draft, teacher, mask = self.student_divergence(batch)
-        with torch.no_grad():
-            kl_ref = self._divergence(teacher, self._answer_logits(self.frozen["reference"], batch, mask))
+        kl_draft, signal, mask = self.student_divergence(batch)
+        if self.ref_kl is not None:  # cached per-token KL of the frozen reference, aligned with the teacher cache
+            kl_ref = torch.from_numpy(np.asarray(self.ref_kl[signal.rows], dtype=np.float32)).to(kl_draft.device)
+        else:
+            with torch.no_grad():
+                kl_ref = self.teacher.divergence(signal, self._answer_logits(self.frozen["reference"], batch, mask))
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
     def loss(self, batch):
         kl_draft, delta, mask = self.token_deltas(batch)
         sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
-        selected = select_top_k(delta, self.k, self.distill_cfg.selection, sequence_ids, self.threshold)
+        mode, cut = self.distill_cfg.selection, self.threshold
+        if mode == "batch" and self.distill_cfg.get("global_quantile", False) and self.k < 1 and _world_size() > 1:
+            mode, cut = "global", self.global_batch_threshold(delta)  # top-k over every device's tokens
+        ranked = select_top_k(delta, self.k, mode, sequence_ids, cut)
+        selected = ranked
+        if self.always_keep is not None:
+            selected = ranked | self.always_keep[answer_targets(batch["labels"], mask)]
         self.last_selection = (mask, selected)  # read by callbacks that count selected tokens
         denominator = kl_draft.numel() if self.distill_cfg.normalize == Normalize.all_tokens.value else selected.sum()
-        loss = (kl_draft * selected).sum() / max(int(denominator), 1)
-        threshold = self.threshold if self.threshold is not None else float(delta[selected].min())
+        weights = self.answer_weights(batch, mask)
+        per_token = kl_draft * selected if weights is None else kl_draft * selected * weights
+        loss = per_token.sum() / max(int(denominator), 1)
+        threshold = cut if cut is not None else float(delta[ranked].min())
         return loss, {
             "selected_frac": selected.float().mean(),
             "delta_mean": delta.mean(),
             "threshold": threshold,
         }
 
+    def global_batch_threshold(self, delta: torch.Tensor) -> float:
+        """distill.global_quantile: the dL of the last token kept when keeping the top-k fraction of the
+        answer tokens of all devices' batches (all-gathered; per-device counts differ, so padded)."""
+        sizes = self.all_gather(torch.tensor([delta.numel()], device=delta.device)).flatten()
+        padded = torch.full((int(sizes.max()),), float("-inf"), device=delta.device, dtype=torch.float32)
+        padded[: delta.numel()] = delta.float()
+        gathered = self.all_gather(padded).reshape(len(sizes), -1)
+        every = torch.cat([row[: int(n)] for row, n in zip(gathered, sizes, strict=True)])
+        return threshold_for_fraction(every, self.k)
+
+    def on_fit_end(self) -> None:
+        # task.domain.operator_embedding: fold the operator-type vectors into the embedding weight, so the
+        # student that gets validated and saved is a plain Hugging Face model
+        merge_parametrizations(self.student)
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["selection_threshold"] = self.threshold
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         self.threshold = checkpoint.get("selection_threshold")
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -1,0 +1,90 @@
+"""Draft/target vocabulary compatibility.
+
+Distillation compares the target's and the draft's next-token distributions position by position, and
+speculative decoding feeds the draft's token ids to the target: both only make sense when the two
+models share one tokenizer. `vocabulary_mismatch` compares two tokenizers by size, special tokens and
+the token strings of a sample of ids; `check_pretrained_vocabularies` runs it on a pretrained pair
+before any model is loaded, `check_artefact_vocabularies` on the saved artefacts a stage trains from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from adaspec.errors import UserError
+
+SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
+
+
+def sample_ids(n: int, size: int = 512, tail: int = 64) -> list[int]:
+    """Evenly spaced ids over [0, n) plus the last `tail` ids (where added tokens live)."""
+    step = max(1, n // size)
+    return sorted(set(range(0, n, step)) | set(range(max(0, n - tail), n)))
+
+
+def vocabulary_mismatch(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, sample: int = 512) -> str | None:
+    """Why `a` and `b` cannot serve one target/draft pair, or None when they agree."""
+    if len(a) != len(b):
+        return f"{len(a)} tokens vs {len(b)} tokens"
+    for name in SPECIAL:
+        left = (getattr(a, name), getattr(a, f"{name}_id"))
+        right = (getattr(b, name), getattr(b, f"{name}_id"))
+        if left != right:
+            return f"{name} {left[0]!r} (id {left[1]}) vs {right[0]!r} (id {right[1]})"
+    ids = sorted(set(sample_ids(len(a), sample)) | set(a.all_special_ids) | set(b.all_special_ids))
+    for i, x, y in zip(ids, a.convert_ids_to_tokens(ids), b.convert_ids_to_tokens(ids), strict=True):
+        if x != y:
+            return f"token id {i} is {x!r} vs {y!r}"
+    return None
+
+
+def check_pretrained_vocabularies(target_path: str, draft_path: str) -> None:
+    """A UserError when the pretrained draft cannot draft for the pretrained target (tokenizers only)."""
+    from adaspec.models.build import pretrained_tokenizer
+
+    target, _ = pretrained_tokenizer(target_path)
+    draft, _ = pretrained_tokenizer(draft_path)
+    why = vocabulary_mismatch(target, draft)
+    if why is not None:
+        raise UserError(
+            f"the draft model.draft_path={draft_path} and the target model.target_path={target_path} have "
+            f"incompatible vocabularies ({why}); a draft must share its target's tokenizer: pick a pair of one "
+            f"family (model=pythia, model=codegen_phi2) or a draft trained with the target's tokenizer"
+        )
+
+
+def check_artefact_vocabularies(folders: dict[str, Path], stage: str) -> None:
+    """A UserError when the saved artefacts a stage trains from do not share one tokenizer."""
+    names = list(folders)
+    loaded = {name: AutoTokenizer.from_pretrained(str(folders[name])) for name in names}
+    first = names[0]
+    for name in names[1:]:
+        why = vocabulary_mismatch(loaded[first], loaded[name])
+        if why is not None:
+            raise UserError(
+                f"stage {stage} refuses to start: the {first} artefact {folders[first]} and the {name} artefact "
+                f"{folders[name]} have different tokenizers ({why}). Rebuild the stale one from the current target: "
+                f"delete {folders[name]} (draft_init is recreated from the target's tokenizer) and retrain the "
+                f"stages after it with overwrite=true"
+            )
+
+
+def check_stage_vocabularies(cfg) -> None:
+    """Before a stage loads any model: a pretrained pair must share a vocabulary (checked while its draft
+    initialisation is still to be made), and the artefacts a stage trains from must share one tokenizer."""
+    from adaspec import paths
+
+    stage = cfg.stage.name
+    init = paths.final(paths.draft_init_dir(cfg))
+    if cfg.model.source == "pretrained" and (stage == "target" or not (init / "meta.json").is_file()):
+        check_pretrained_vocabularies(cfg.model.target_path, cfg.model.draft_path)
+    if stage == "target":
+        return
+    folders = {"target": paths.final(paths.target_dir(cfg))}
+    if (init / "meta.json").is_file():
+        folders["draft_init"] = init
+    if stage == "draft":
+        folders["ref"] = paths.final(paths.ref_dir(cfg))
+    check_artefact_vocabularies(folders, stage)

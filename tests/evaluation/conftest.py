@@ -1,0 +1,41 @@
+"""Evaluation tests: one torch thread (tiny models only pay thread overhead) and one trained tiny pipeline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import TINY, compose_config
+
+# stage 2 and stage 3 (k=0.4) measure acceptance at steps 2 and 4 with the monitor
+MONITORED = ["stage.monitor_every_n_steps=2", "stage.monitor_prompts=3"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """compose(*overrides) over a folder holding a tiny target, reference and drafts k=0.4 and k=1."""
+    from adaspec.pipeline import run_stage
+
+    root = tmp_path_factory.mktemp("pipeline") / "outputs"
+
+    def make(*overrides: str):
+        return compose_config(*TINY, f"paths.root={root}", *overrides)
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run_stage(make("stage=target"))
+        run_stage(make("stage=ref", *MONITORED))
+        run_stage(make("stage=draft", "k=0.4", *MONITORED))
+        run_stage(make("stage=draft", "k=1.0"))
+    finally:
+        torch.set_num_threads(n)
+    return make
