@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install demo stage1 stage2 stage3 cache eval sweep bench test test-slow lint clean-outputs
+.PHONY: install demo stage1 stage2 stage3 cache eval sweep bench gpu-check test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ sweep: install
 
 bench: install
 	$(PY) -m adaspec.bench $(ARGS)
+
+# On a GPU machine: the tiny pipeline with bf16, FlashAttention when installed and the 8-bit draft;
+# prints step times and decode tokens/s. Without a GPU it says so and exits 0.
+gpu-check: install
+	$(PY) -m adaspec.gpu_check $(ARGS)
 
 test: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q

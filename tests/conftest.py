@@ -59,3 +59,23 @@ def tiny_cfg(tmp_path):
         return compose_config(*TINY, f"paths.root={tmp_path / 'outputs'}", *overrides)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_upstream_root(tmp_path_factory):
+    """Stage 1 and 2 artefacts of the tiny default, trained once per session. Read-only: copy it first."""
+    from adaspec.pipeline import run_stage
+
+    root = tmp_path_factory.mktemp("upstream") / "outputs"
+    for stage in ("target", "ref"):
+        run_stage(compose_config(*TINY, f"paths.root={root}", f"stage={stage}"))
+    return root
+
+
+@pytest.fixture
+def tiny_trained(tiny_cfg, tiny_upstream_root, tmp_path):
+    """tiny_cfg whose outputs folder already holds the target, draft_init and reference artefacts."""
+    import shutil
+
+    shutil.copytree(tiny_upstream_root, tmp_path / "outputs")
+    return tiny_cfg

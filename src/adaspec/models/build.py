@@ -94,7 +94,11 @@ def resize_embeddings(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
 
 def enable_gradient_checkpointing(model: PreTrainedModel) -> PreTrainedModel:
     """Recompute activations in the backward pass (non-reentrant, which works under DDP and FSDP)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # the name from transformers 5.x on
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.config.use_cache = False
     return model
 

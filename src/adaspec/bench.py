@@ -1,0 +1,259 @@
+"""`make bench` (`python -m adaspec.bench`): decoding speed and training-step cost, written as JSON.
+
+Decoding, for each model pair (`bench.models`, default tiny and small; the arith artefacts are
+trained first when absent): target-only greedy decoding, our speculative decoding and Hugging Face
+assisted generation, all in one process on the same prompts (`adaspec.evaluation.benchmark`), with
+the measured alpha, the measured draft/target cost ratio c of one cached single-token forward, and
+the theoretical speed-up (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) of Leviathan et al.
+
+Training (`bench.training=true`): stage-3 optimiser steps per second with the live target, with the
+exact teacher cache, with the cache and the cached reference KL, and a plain cross-entropy step of
+the draft alone, on the same batches; the cost of a k-sweep of 5 drafts follows from those step
+times plus the one-off cache build, which is timed too.
+
+Results go to `bench/results/<name>.json` (atomically) and a table is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from adaspec import paths
+from adaspec.errors import UserError, reported_as_one_line
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+RESULTS = Path("bench/results")
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    import adaspec.config  # noqa: F401  (registers the schemas)
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def ensure_trained(base: list[str], k: float) -> None:
+    """Train target, reference and the k draft with the default settings where they are missing."""
+    from adaspec.pipeline import run_stage
+
+    for stage in ("stage=target", "stage=ref", "stage=draft"):
+        run_stage(compose_cfg(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
+
+
+@torch.inference_mode()
+def forward_cost(model, prompt: torch.Tensor, repeats: int = 30) -> float:
+    """Median seconds of one cached single-token forward after `prompt`: what a decoding step costs."""
+    from transformers import DynamicCache
+
+    from adaspec.decoding.speculative import _forward
+
+    times = []
+    for _ in range(repeats):
+        cache = DynamicCache(config=model.config)
+        _forward(model, prompt, cache, logits_to_keep=1)
+        start = time.perf_counter()
+        _forward(model, prompt[:, -1:], cache, logits_to_keep=1)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
+    if alpha >= 1:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int, max_new_tokens: int) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from adaspec.data.tasks import load_task
+    from adaspec.decoding import FixedGamma
+    from adaspec.evaluation.benchmark import Draft, benchmark
+    from adaspec.evaluation.summary import draft_summary, target_summary
+    from adaspec.models.build import load_model, n_params
+
+    base = [f"model={model}", *overrides]
+    k = 0.4
+    ensure_trained(base, k)
+    cfg = compose_cfg(*base, "stage=draft", f"k={k}")
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
+    target = load_model(paths.final(paths.target_dir(cfg))).eval()
+    draft = load_model(paths.final(paths.draft_dir(cfg, k))).eval()
+    examples = load_task(cfg.task)["test"][:n_prompts]
+    prompts = [tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids for e in examples]
+    m = benchmark(
+        target, [Draft("draft", draft)], prompts, make_policy=lambda: FixedGamma(gamma), gamma=gamma,
+        max_new_tokens=max_new_tokens, temperature=0.0, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    ours = draft_summary(m.speculative["draft"], m.target, m.hf_assisted["draft"], gamma=gamma, greedy=True)
+    c = forward_cost(draft, prompts[0]) / forward_cost(target, prompts[0])
+    theory = theoretical_speedup(ours["alpha"], gamma, c)
+    return {
+        "model": model,
+        "k": k,
+        "gamma": gamma,
+        "n_prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "target_parameters": n_params(target),
+        "draft_parameters": n_params(draft),
+        "target_only/tokens_per_s": target_summary(m.target)["tokens_per_s"],
+        "speculative/tokens_per_s": ours["tokens_per_s"],
+        "hf_assisted/tokens_per_s": ours["hf_assisted/tokens_per_s"],
+        "speedup_vs_target": ours["speedup_vs_target"],
+        "speedup_vs_hf_assisted": ours["speedup_vs_hf_assisted"],
+        "alpha": ours["alpha"],
+        "accept_rate": ours["accept_rate"],
+        "tau": ours["tau"],
+        "cost_ratio_c": c,
+        "theoretical_speedup": theory,
+        "speedup_share_of_theory": ours["speedup_vs_target"] / theory,
+        "greedy_mismatches": ours["greedy_mismatches"],
+    }
+
+
+def _step_seconds(module, batches: list[dict[str, torch.Tensor]], warmup: int = 2) -> float:
+    """Median seconds of forward + backward + AdamW step of `module.loss` over `batches`."""
+    optimizer = torch.optim.AdamW(module.student.parameters(), lr=1e-4)
+    times = []
+    for i, batch in enumerate(batches):
+        start = time.perf_counter()
+        loss, _ = module.loss(batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, Any]:
+    """Stage-3 step cost: live target vs teacher cache vs cache + cached reference KL vs plain CE."""
+    from transformers import AutoTokenizer
+
+    from adaspec.cache import build_cache
+    from adaspec.data.datamodule import TaskDataModule
+    from adaspec.data.tasks import load_task
+    from adaspec.pipeline import build_module
+    from adaspec.stages.target import TargetFinetune
+
+    base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
+    ensure_trained([f"model={model}", *overrides], 0.4)
+    cfg_live = compose_cfg(*base)
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg_live))))
+    data = TaskDataModule(tokenizer, load_task(cfg_live.task), batch_size=cfg_live.stage.batch_size,
+                          max_length=cfg_live.task.max_length, n_val=cfg_live.task.n_val, seed=0)
+    batches = [b for _, b in zip(range(n_steps + 2), data.train_dataloader(), strict=False)]
+
+    started = time.perf_counter()
+    build_cache(compose_cfg(*base, "distill.teacher=cache", "overwrite=true"))
+    cache_build_s = time.perf_counter() - started
+
+    results: dict[str, Any] = {"model": model, "batch_size": cfg_live.stage.batch_size, "steps_timed": n_steps,
+                               "cache_build_s": cache_build_s}
+    variants = {
+        "live": [],
+        "cached": ["distill.teacher=cache"],
+        "cached_ref_kl": ["distill.teacher=cache", "distill.cache_ref_kl=true"],
+    }
+    for name, extra in variants.items():
+        started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
+        module = build_module(compose_cfg(*base, *extra, "overwrite=true"), tokenizer, data)
+        results[f"{name}/setup_s"] = time.perf_counter() - started
+        module.student.train()
+        results[f"{name}/step_s"] = _step_seconds(module, batches)
+        if torch.cuda.is_available():
+            results[f"{name}/peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    draft = build_module(cfg_live, tokenizer, data).student.train()
+    results["plain_ce/step_s"] = _step_seconds(TargetFinetune(draft, cfg_live.stage), batches)
+    for name in variants:
+        results[f"{name}/steps_per_s"] = 1 / results[f"{name}/step_s"]
+        results[f"{name}/cost_vs_plain_ce"] = results[f"{name}/step_s"] / results["plain_ce/step_s"]
+    steps = len(data.train_dataloader()) * cfg_live.stage.max_epochs
+    sweep_live = 5 * steps * results["live/step_s"]
+    sweep_cached = cache_build_s + results["cached_ref_kl/setup_s"] + 5 * steps * results["cached_ref_kl/step_s"]
+    results.update({"sweep5/steps_each": steps, "sweep5/live_s": sweep_live, "sweep5/cached_s": sweep_cached,
+                    "sweep5/speedup": sweep_live / sweep_cached})
+    return results
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    def fmt(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """`key=value` arguments: name, models (comma list), prompts, gamma, max_new_tokens, training, train_steps,
+    threads, and any other `key=value` is passed to Hydra as an override (e.g. paths.root=...)."""
+    opts: dict[str, Any] = {"name": "arith", "models": "tiny,small", "prompts": 20, "gamma": 5, "max_new_tokens": 96,
+                            "training": "true", "train_steps": 10, "threads": 2}
+    overrides = []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if not _:
+            raise UserError(f"bench argument {arg!r} is not key=value; known keys: {', '.join(opts)}")
+        if key in opts:
+            opts[key] = value
+        else:
+            overrides.append(arg)
+    opts["overrides"] = overrides
+    return opts
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    opts = parse_args(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(int(opts["threads"]))
+    payload: dict[str, Any] = {
+        "name": opts["name"],
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads()},
+        "command": "python -m adaspec.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "decoding": [],
+        "training": [],
+    }
+    out = RESULTS / f"{opts['name']}.json"
+    for model in opts["models"].split(","):
+        payload["decoding"].append(
+            bench_decoding(model, opts["overrides"], int(opts["prompts"]), int(opts["gamma"]), int(opts["max_new_tokens"]))
+        )
+        write_json(out, payload)  # keep what is measured if a later model fails
+    if opts["training"] == "true":
+        model = opts["models"].split(",")[-1]
+        payload["training"].append(bench_training(model, opts["overrides"], int(opts["train_steps"])))
+        write_json(out, payload)
+    print(table(payload["decoding"], ["model", "alpha", "cost_ratio_c", "target_only/tokens_per_s",
+                                      "speculative/tokens_per_s", "hf_assisted/tokens_per_s", "speedup_vs_target",
+                                      "speedup_vs_hf_assisted", "theoretical_speedup", "speedup_share_of_theory"]))
+    if payload["training"]:
+        print(table(payload["training"], ["model", "live/step_s", "cached/step_s", "cached_ref_kl/step_s",
+                                          "plain_ce/step_s", "cached_ref_kl/cost_vs_plain_ce", "sweep5/speedup"]))
+    print(f"[adaspec] bench: wrote {out}")
+    return payload
+
+
+if __name__ == "__main__":
+    with reported_as_one_line():
+        main()

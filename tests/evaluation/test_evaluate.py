@@ -1,0 +1,95 @@
+"""`python -m adaspec.evaluate` end to end on a tiny trained pipeline, and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from adaspec import paths
+from adaspec.errors import UserError, reported_as_one_line
+from adaspec.evaluation.run import run_evaluation
+from tests.conftest import REPO, TINY
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FAST = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1"]
+
+
+def test_evaluation_end_to_end(trained):
+    """Through the command line, as `make eval` and `make demo` run it."""
+    overrides = [*FAST, "decode.draft_quant=int8", "logger=wandb"]
+    cfg = trained(*overrides)
+    proc = subprocess.run(
+        [sys.executable, "-m", "adaspec.evaluate", *TINY, f"paths.root={cfg.paths.root}", *overrides],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = paths.eval_dir(cfg) / "greedy-g5"
+    text = (folder / "results.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    results = json.loads(text)
+
+    assert results["metric"] == "gsm8k/exact_match" and results["n_prompts"] == 3
+    assert results["config"]["eval"]["n_prompts"] == 3 and results["config"]["decode"]["draft_quant"] == "int8"
+    assert {"torch", "transformers", "python", "adaspec"} <= set(results["versions"])
+    target = results["target"]
+    assert 0.0 <= target["gsm8k/exact_match"] <= 1.0 and target["tokens_per_s"] > 0
+    assert set(results["drafts"]) == {"k0.4", "k0.4-int8", "k1", "k1-int8"}
+    for name, row in results["drafts"].items():
+        assert 0.0 <= row["alpha"] <= 1.0 and 0.0 <= row["accept_rate"] <= row["alpha"] + 1e-12
+        assert row["tau"] >= 1.0
+        rejects = [row[f"reject_rate_at/{i}"] for i in range(1, 6)]
+        assert all(0.0 <= r <= 1.0 for r in rejects) and sum(rejects) <= 1.0 + 1e-9
+        assert row["target_calls"] == row["blocks"] and row["new_tokens"] == target["new_tokens"]
+        assert row["draft_calls"] > 0 and row["tokens_per_s"] > 0
+        assert row["speedup_vs_target"] > 0
+        assert row["greedy_mismatches"] == 0  # float32 speculative greedy == target-only greedy
+        assert row["gsm8k/exact_match"] == target["gsm8k/exact_match"]
+        if name.endswith("int8"):
+            assert row["draft_quant"] == "int8" and row["speedup_vs_hf_assisted"] is None
+        else:
+            assert row["speedup_vs_hf_assisted"] > 0 and row["hf_assisted/greedy_mismatches"] == 0
+        sweep = row["acceptance_vs_gamma"]
+        assert sweep["method"] == "replay" and sweep["replay_mismatches"] == 0
+        assert set(sweep["by_gamma"]) == {"1", "2", "3", "5", "8"}
+        assert sweep["by_gamma"]["5"]["alpha"] == pytest.approx(row["alpha"])  # replay == measured at gamma 5
+        assert all(0.0 <= s["alpha"] <= 1.0 and s["tau"] >= 1.0 for s in sweep["by_gamma"].values())
+
+    table = (folder / "results.md").read_text()
+    for column in ("alpha", "accept_rate", "tau", "speedup_vs_target", "speedup_vs_hf_assisted", "tokens/s",
+                   "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8"):
+        assert column in table
+    assert table in proc.stdout  # printed at the end
+    for png in ("reject_rate_curve.png", "alpha_vs_gamma.png"):
+        assert (folder / png).read_bytes().startswith(PNG_MAGIC)
+    assert not list(folder.glob(".*.tmp"))  # atomic writes leave no temporary files
+    runs = list((folder / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+def test_sampling_with_an_adaptive_policy(trained):
+    cfg = trained(*FAST, "eval.draft_ks=[0.4]", "decode=adaptive", "decode.temperature=0.8",
+                  "eval.compare_hf_assisted=false", "eval.gammas=[1,3]", "eval.gamma_sweep_prompts=2")
+    results = run_evaluation(cfg, progress=False)
+    assert (paths.eval_dir(cfg) / "t0.8-adaptive-g5" / "results.json").is_file()
+    row = results["drafts"]["k0.4"]
+    assert row["greedy_mismatches"] is None and row["speedup_vs_hf_assisted"] is None
+    assert 0.0 <= row["alpha"] <= 1.0 and row["tau"] >= 1.0
+    assert row["acceptance_vs_gamma"]["method"] == "sampled" and set(row["acceptance_vs_gamma"]["by_gamma"]) == {"1", "3"}
+
+
+def test_missing_artefacts_name_the_make_command(trained, tiny_cfg):
+    with pytest.raises(UserError, match=r"make stage3 .*k=0\.3"):
+        run_evaluation(trained("eval.draft_ks=[0.4,0.3]"))
+    with pytest.raises(UserError, match="make stage1"):
+        run_evaluation(tiny_cfg())  # an empty outputs folder
+
+
+def test_a_missing_draft_is_reported_in_one_line(trained, capsys):
+    with pytest.raises(SystemExit) as exit_info, reported_as_one_line():
+        run_evaluation(trained("eval.draft_ks=[0.25]"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "make stage3" in err and "k=0.25" in err

@@ -1,0 +1,150 @@
+"""Scale-out and GPU path on CPU: trainer groups, precision plugins, a real 2-process DDP run (gloo),
+the SLURM launcher config, attention selection, the 8-bit draft and `make gpu-check` without a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
+from transformers import AutoModelForCausalLM
+
+from adaspec import paths
+from adaspec.config import validate
+from adaspec.errors import UserError
+from adaspec.models.attention import resolve_attn_implementation
+from adaspec.pipeline import ensure_draft_init, run_stage
+from adaspec.trainer import build_trainer, total_steps, world_size
+from tests.conftest import CONF, REPO, TINY, compose_config
+
+STRATEGIES = {
+    "cpu": "auto",
+    "gpu": "auto",
+    "ddp": "ddp",
+    "fsdp": "fsdp",
+    "deepspeed_zero1": "deepspeed_stage_1",
+    "deepspeed_zero2": "deepspeed_stage_2",
+    "deepspeed_zero3": "deepspeed_stage_3",
+}
+
+
+@pytest.mark.parametrize("group, strategy", STRATEGIES.items())
+def test_trainer_groups_name_lightning_strategies(group, strategy):
+    cfg = validate(compose_config(f"trainer={group}", "trainer.num_nodes=2"))
+    assert cfg.trainer._target_ == "lightning.pytorch.Trainer"
+    assert cfg.trainer.strategy == strategy and cfg.trainer.num_nodes == 2
+    assert cfg.trainer.precision == ("32-true" if group == "cpu" else "bf16-mixed")
+    assert cfg.stage.gradient_clip_val == 1.0
+
+
+def test_fp16_mixed_starts_the_loss_scale_at_128_and_clips_at_1(tiny_cfg, tmp_path):
+    cfg = tiny_cfg("trainer.precision=16-mixed")
+    trainer = build_trainer(cfg, tmp_path, n_train=64, run_name="t")
+    plugin = trainer.precision_plugin
+    assert isinstance(plugin, MixedPrecision) and plugin.precision == "16-mixed"
+    assert plugin.scaler.get_scale() == 128.0
+    assert trainer.gradient_clip_val == 1.0
+    custom = build_trainer(tiny_cfg("trainer.precision=16-mixed", "trainer.fp16_init_scale=1024"), tmp_path, 64, "t")
+    assert custom.precision_plugin.scaler.get_scale() == 1024.0
+    bf16 = build_trainer(tiny_cfg("trainer.precision=bf16-mixed"), tmp_path, 64, "t").precision_plugin
+    assert bf16.precision == "bf16-mixed" and getattr(bf16, "scaler", None) is None
+
+
+def test_steps_per_epoch_count_every_process(tiny_cfg):
+    cfg = tiny_cfg("trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.num_nodes=3",
+                   "stage.max_steps=-1", "stage.max_epochs=1")
+    assert world_size(cfg.trainer) == 6
+    assert total_steps(cfg.stage, 480, world_size(cfg.trainer)) == 10  # 480 / 6 processes / batch 8
+    assert total_steps(cfg.stage, 480) == 60
+
+
+def test_ddp_two_cpu_processes_write_the_artefact_once(tiny_trained, tmp_path):
+    """stage 3 under strategy=ddp with 2 gloo processes, through the real entry point (Lightning re-runs
+    it for rank 1); dL is all-gathered for a global quantile."""
+    cfg = tiny_trained("stage=draft", "distill.global_quantile=true")
+    overrides = [*TINY, f"paths.root={tmp_path / 'outputs'}", "stage=draft", "trainer=ddp", "trainer.accelerator=cpu",
+                 "trainer.devices=2", "trainer.precision=32-true", "distill.global_quantile=true",
+                 "stage.monitor_prompts=2", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "adaspec.train", *overrides], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Starting with 2 processes" in proc.stdout + proc.stderr
+    assert proc.stdout.count("[adaspec] draft: done") == 1  # rank 1 trained too, but prints nothing
+    final = paths.final(paths.draft_dir(cfg))
+    folder = final.parent
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temp folders left
+    metrics = json.loads((final / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and 0 < metrics["train/selected_frac"] < 1
+    model = AutoModelForCausalLM.from_pretrained(str(final))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_non_zero_ranks_wait_for_the_draft_init_instead_of_writing_it(tiny_cfg, monkeypatch):
+    from adaspec import pipeline
+    from adaspec.data.tokenizer import train_bpe_tokenizer
+
+    cfg = tiny_cfg("stage=ref")
+    tokenizer = train_bpe_tokenizer(["1 + 2 = 3", "4 * 5 = 20"] * 20, 300)
+    folder = paths.final(paths.draft_init_dir(cfg))
+    monkeypatch.setattr(pipeline, "is_global_zero", lambda: False)
+    writes = []
+
+    def rank_zero():
+        time.sleep(1.0)
+        monkeypatch.undo()
+        writes.append(ensure_draft_init(cfg, tokenizer))
+
+    thread = threading.Thread(target=rank_zero)
+    thread.start()
+    assert ensure_draft_init(cfg, tokenizer) == folder  # returns once rank 0 has written it
+    thread.join()
+    assert writes == [folder] and (folder / "meta.json").is_file()
+
+
+def test_slurm_launcher_composes_with_hydra_submitit():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+                      return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher.partition == "gpu" and launcher.gpus_per_node == 1 and launcher.timeout_min > 0
+
+
+def test_attention_auto_is_sdpa_without_flash_attn_and_flash_attention_2_fails_first(tiny_cfg):
+    assert resolve_attn_implementation("auto", half_precision=True) == "sdpa"  # no flash-attn / CUDA here
+    with pytest.raises(UserError, match="flash_attention_2 needs .*flash-attn"):
+        run_stage(tiny_cfg("stage=target", "model.attn_implementation=flash_attention_2"))
+    assert not paths.target_dir(tiny_cfg()).exists()  # refused before anything was built
+
+
+def test_bf16_mixed_with_gradient_checkpointing_trains_stage_3(tiny_trained):
+    cfg = tiny_trained("stage=draft", "trainer.precision=bf16-mixed", "model.gradient_checkpointing=true",
+                       "stage.max_steps=2", "stage.monitor_prompts=0")
+    final = run_stage(cfg)
+    assert json.loads((final / "metrics.json").read_text())["steps"] == 2
+    model = AutoModelForCausalLM.from_pretrained(str(final))
+    assert next(model.parameters()).dtype == torch.float32  # mixed precision keeps float32 weights
+
+
+def test_8bit_draft_needs_cuda_and_bitsandbytes(tmp_path):
+    from adaspec.decoding.quant import load_draft_8bit
+
+    with pytest.raises(UserError, match="8-bit draft inference .* needs a CUDA GPU"):
+        load_draft_8bit(tmp_path)
+
+
+def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys):
+    from adaspec.gpu_check import main
+
+    assert main([]) == 0
+    assert "no CUDA GPU" in capsys.readouterr().out
