@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install demo stage1 stage2 stage3 cache eval sweep bench gpu-check test test-slow lint clean-outputs
+.PHONY: install demo stage1 stage2 stage3 cache eval diagnose sweep bench gpu-check test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ sweep: install
 	$(TRAIN) stage=target $(ARGS)
 	$(TRAIN) stage=ref $(ARGS)
 	$(TRAIN) -m stage=draft k=0.2,0.4,0.6,1.0 $(ARGS)
+
+# The practice note's troubleshooting guide, run against the trained artefacts and evaluation results.
+diagnose: install
+	$(PY) -m adaspec.diagnose $(ARGS)
 
 bench: install
 	$(PY) -m adaspec.bench $(ARGS)

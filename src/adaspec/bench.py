@@ -51,27 +51,10 @@ def ensure_trained(base: list[str], k: float) -> None:
         run_stage(compose_cfg(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
 
 
-@torch.inference_mode()
-def forward_cost(model, prompt: torch.Tensor, repeats: int = 30) -> float:
-    """Median seconds of one cached single-token forward after `prompt`: what a decoding step costs."""
-    from transformers import DynamicCache
-
-    from adaspec.decoding.speculative import _forward
-
-    times = []
-    for _ in range(repeats):
-        cache = DynamicCache(config=model.config)
-        _forward(model, prompt, cache, logits_to_keep=1)
-        start = time.perf_counter()
-        _forward(model, prompt[:, -1:], cache, logits_to_keep=1)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
-    if alpha >= 1:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+    from adaspec.diagnostics.checks import expected_speedup
+
+    return expected_speedup(alpha, gamma, c)
 
 
 def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int, max_new_tokens: int) -> dict[str, Any]:
@@ -80,6 +63,7 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     from adaspec.data.tasks import load_task
     from adaspec.decoding import FixedGamma
     from adaspec.evaluation.benchmark import Draft, benchmark
+    from adaspec.evaluation.cost import cost_ratio
     from adaspec.evaluation.summary import draft_summary, target_summary
     from adaspec.models.build import load_model, n_params
 
@@ -98,7 +82,7 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
         pad_token_id=tokenizer.pad_token_id,
     )
     ours = draft_summary(m.speculative["draft"], m.target, m.hf_assisted["draft"], gamma=gamma, greedy=True)
-    c = forward_cost(draft, prompts[0]) / forward_cost(target, prompts[0])
+    c = cost_ratio(draft, target, prompts[0])
     theory = theoretical_speedup(ours["alpha"], gamma, c)
     return {
         "model": model,

@@ -248,6 +248,9 @@ def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
 
 def validate(cfg: DictConfig) -> DictConfig:
     """Check value ranges that the schema types cannot express. Raises UserError naming the key."""
+    # first: with distill=adaspec, k defaults to task.default_k, so a bad one would be reported as a bad k
+    dk = cfg.task.default_k
+    _check(0.0 < dk <= 1.0, "task.default_k", dk, "must be in (0, 1], e.g. 0.4")
     _check(0.0 < cfg.k <= 1.0, "k", cfg.k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
     _check(cfg.gamma >= 1, "gamma", cfg.gamma, "must be an integer >= 1, e.g. gamma=5")
     st = cfg.stage
@@ -287,7 +290,6 @@ def validate(cfg: DictConfig) -> DictConfig:
     _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
     _check(t.max_length >= 16, "task.max_length", t.max_length, "must be >= 16")
     _check(t.vocab_size >= 300, "task.vocab_size", t.vocab_size, "must be >= 300 (256 bytes + merges)")
-    _check(0.0 < t.default_k <= 1.0, "task.default_k", t.default_k, "must be in (0, 1], e.g. 0.4")
     dom = t.domain
     for key in ("digit_weight", "operator_weight"):
         _check(dom[key] > 0, f"task.domain.{key}", dom[key], "must be > 0 (1.0 turns the weighting off)")

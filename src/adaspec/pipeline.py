@@ -7,11 +7,13 @@ is checked before any data or model is loaded.
 from __future__ import annotations
 
 import json
+import resource
 import time
 from pathlib import Path
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 import wandb
 from omegaconf import DictConfig
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -243,6 +245,13 @@ def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) 
     return callbacks
 
 
+def peak_memory_mb() -> float:
+    """Peak GPU memory allocated by torch, or on CPU the process's peak resident set size."""
+    if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
 def run_stage(cfg: DictConfig) -> Path:
     """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder."""
     validate(cfg)
@@ -297,6 +306,7 @@ def run_stage(cfg: DictConfig) -> Path:
         **{name: float(v) for name, v in validation.items()},
         "steps": trainer.global_step,
         "train_seconds": round(train_seconds, 2),
+        "peak_memory_mb": round(peak_memory_mb(), 1),
         "parameters": n_params(module.student),
     }
     state = full_student_state(trainer, module)  # FSDP / ZeRO-3: gathered on rank 0 (every rank takes part)

@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from adaspec import paths
+from adaspec import evaluate, paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.evaluation.run import run_evaluation
-from tests.conftest import REPO, TINY
+from tests.conftest import TINY
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1"]
 
 
-def test_evaluation_end_to_end(trained):
-    """Through the command line, as `make eval` and `make demo` run it."""
+def test_evaluation_end_to_end(trained, monkeypatch, capsys):
+    """Through the Hydra entry point, as `make eval` and `make demo` run it (in this process: saves the imports)."""
     overrides = [*FAST, "decode.draft_quant=int8", "logger=wandb"]
     cfg = trained(*overrides)
-    proc = subprocess.run(
-        [sys.executable, "-m", "adaspec.evaluate", *TINY, f"paths.root={cfg.paths.root}", *overrides],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setattr(sys, "argv", ["adaspec.evaluate", *TINY, f"paths.root={cfg.paths.root}", *overrides])
+    evaluate.main()
+    printed = capsys.readouterr().out
     folder = paths.eval_dir(cfg) / "greedy-g5"
     text = (folder / "results.json").read_text()
     assert "NaN" not in text and "Infinity" not in text  # strict JSON
@@ -61,7 +58,7 @@ def test_evaluation_end_to_end(trained):
     for column in ("alpha", "accept_rate", "tau", "speedup_vs_target", "speedup_vs_hf_assisted", "tokens/s",
                    "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8"):
         assert column in table
-    assert table in proc.stdout  # printed at the end
+    assert table in printed  # printed at the end
     for png in ("reject_rate_curve.png", "alpha_vs_gamma.png"):
         assert (folder / png).read_bytes().startswith(PNG_MAGIC)
     assert not list(folder.glob(".*.tmp"))  # atomic writes leave no temporary files
