@@ -148,3 +148,27 @@ def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys):
 
     assert main([]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_fsdp_wraps_each_transformer_block_and_scales_fp16_from_128(tiny_cfg):
+    """FSDP needs a GPU to run; here only the strategy and plugin Lightning gets are checked."""
+    from lightning.pytorch.plugins.precision import FSDPPrecision
+    from lightning.pytorch.strategies import FSDPStrategy
+    from omegaconf import OmegaConf
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
+
+    from adaspec.trainer import _strategy_and_plugins
+    from tests.stage_helpers import model, tokenizer_and_batch
+
+    cfg = tiny_cfg("trainer=fsdp", "trainer.precision=16-mixed")
+    student = model(cfg, tokenizer_and_batch(cfg)[0], "target", seed=0)
+    kwargs = OmegaConf.to_container(cfg.trainer)
+    strategy, plugins = _strategy_and_plugins(kwargs, 128.0, student)
+    assert isinstance(strategy, FSDPStrategy) and strategy._state_dict_type == "full"
+    assert strategy.kwargs["auto_wrap_policy"]._module_classes == {GPTNeoXLayer}
+    scaler = plugins[0].scaler
+    assert isinstance(plugins[0], FSDPPrecision) and isinstance(scaler, ShardedGradScaler)
+    if scaler.is_enabled():  # a GradScaler disables itself where there is no CUDA
+        assert scaler.get_scale() == 128.0
+    assert kwargs["precision"] is None  # carried by the plugin

@@ -25,6 +25,9 @@ META = "meta.json"
 METRICS = "metrics.json"
 
 
+NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_n_steps", "monitor_prompts")
+
+
 def fingerprint(cfg: DictConfig, stage: str) -> str:
     """Hash of the config sections that change what `stage` produces (not logging, not paths)."""
     keys: dict[str, Any] = {"task": cfg.task, "model": cfg.model, "stage": cfg.stage}
@@ -36,6 +39,9 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
         keys["distill"] = cfg.distill
         keys["k"] = cfg.k
     plain = {name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for name, v in keys.items()}
+    # how often to checkpoint, validate or measure acceptance does not change the trained weights
+    for key in NOT_TRAINING:
+        plain["stage"].pop(key, None)
     # task.default_k acts through k; task.domain options count only for the stages they change
     plain["task"].pop("default_k", None)
     domain = plain["task"].get("domain") or {}

@@ -38,7 +38,13 @@ def build_cache(cfg: DictConfig) -> Path:
     from adaspec import paths
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
-    from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, answer_counts, cache_bytes, write_teacher_cache
+    from adaspec.distill.teacher_cache import (
+        CacheSpec,
+        TeacherCache,
+        answer_counts,
+        cache_bytes,
+        write_teacher_cache,
+    )
     from adaspec.models.build import freeze, load_model
     from adaspec.pipeline import _require
 

@@ -57,7 +57,7 @@ def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict
     return cfg, results
 
 
-def decode_speed(cfg, n_prompts: int, max_new_tokens: int) -> dict[str, float | str]:
+def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda") -> dict[str, float | str]:
     """Tokens/s of target-only and speculative decoding on the first test prompts (greedy)."""
     import torch
     from transformers import AutoTokenizer
@@ -71,24 +71,28 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int) -> dict[str, float | 
 
     target_path, draft_path = paths.final(paths.target_dir(cfg)), paths.final(paths.draft_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_path))
-    target = load_model(target_path, "auto", dtype=torch.bfloat16).cuda().eval()
-    if can_load_8bit():
+    target = load_model(target_path, "auto", dtype=torch.bfloat16).to(device).eval()
+    if can_load_8bit() and device == "cuda":
         draft, draft_kind = load_draft_8bit(draft_path), "int8 (bitsandbytes)"
     else:
-        draft, draft_kind = load_model(draft_path, "auto", dtype=torch.bfloat16).cuda().eval(), "bf16"
+        draft, draft_kind = load_model(draft_path, "auto", dtype=torch.bfloat16).to(device).eval(), "bf16"
     prompts = [
-        tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.cuda()
+        tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device)
         for e in load_task(cfg.task)["test"][:n_prompts]
     ]
     eos = tokenizer.eos_token_id
 
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     def timed(generate) -> float:
         generate(prompts[0])  # warm-up: kernels, allocator
-        torch.cuda.synchronize()
+        sync()
         started, tokens = time.perf_counter(), 0
         for ids in prompts:
             tokens += len(generate(ids).tokens)
-        torch.cuda.synchronize()
+        sync()
         return tokens / (time.perf_counter() - started)
 
     target_tps = timed(lambda ids: target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos))
@@ -96,7 +100,7 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int) -> dict[str, float | 
         target, draft, ids, gamma_policy=FixedGamma(cfg.decode.gamma), max_new_tokens=max_new_tokens, eos_token_id=eos
     ))
     return {
-        "attn_implementation": resolve_attn_implementation("auto", half_precision=True),
+        "attn_implementation": resolve_attn_implementation("auto", half_precision=True) if device == "cuda" else "sdpa",
         "draft": draft_kind,
         "target_tokens_per_s": round(target_tps, 1),
         "speculative_tokens_per_s": round(spec_tps, 1),

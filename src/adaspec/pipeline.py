@@ -180,6 +180,7 @@ def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: Task
                 max_positions=cfg.model.max_position_embeddings,
                 seed=cfg.target_seed,
                 tokenizer=tokenizer,
+                attn_implementation=attn,
             )
         return TargetFinetune(student, cfg.stage)
     teacher = cached_teacher(cfg, data) if cfg.distill.teacher == "cache" else None

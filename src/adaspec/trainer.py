@@ -100,7 +100,11 @@ def _strategy_and_plugins(trainer: dict[str, Any], init_scale: float, student) -
         strategy = FSDPStrategy(auto_wrap_policy=wrap or None, state_dict_type="full")
         if fp16:
             trainer["precision"] = None  # given by the plugin
-            return strategy, [FSDPPrecision("16-mixed", scaler=ShardedGradScaler(init_scale=init_scale))]
+            plugin = FSDPPrecision("16-mixed")
+            # FSDPPrecision(scaler=...) rejects any scaler (Lightning 2.6 checks self.precision before
+            # setting it) and would drop it anyway: replace the default ShardedGradScaler it made.
+            plugin.scaler = ShardedGradScaler(init_scale=init_scale)
+            return strategy, [plugin]
         return strategy, []
     if fp16:
         from lightning.pytorch.plugins.precision import MixedPrecision

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
 
-from adaspec import evaluate, paths
+from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.evaluation.run import run_evaluation
-from tests.conftest import TINY
+from tests.conftest import REPO
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1"]
 
 
-def test_evaluation_end_to_end(trained, monkeypatch, capsys):
-    """Through the Hydra entry point, as `make eval` and `make demo` run it (in this process: saves the imports)."""
-    overrides = [*FAST, "decode.draft_quant=int8", "logger=wandb"]
-    cfg = trained(*overrides)
-    monkeypatch.setattr(sys, "argv", ["adaspec.evaluate", *TINY, f"paths.root={cfg.paths.root}", *overrides])
-    evaluate.main()
+def test_evaluation_end_to_end(trained, capsys):
+    cfg = trained(*FAST, "decode.draft_quant=int8", "logger=wandb")
+    run_evaluation(cfg, progress=False)
     printed = capsys.readouterr().out
     folder = paths.eval_dir(cfg) / "greedy-g5"
     text = (folder / "results.json").read_text()
@@ -90,3 +88,12 @@ def test_a_missing_draft_is_reported_in_one_line(trained, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "make stage3" in err and "k=0.25" in err
+
+
+def test_command_line_checks_the_config_first(tmp_path):
+    """The Hydra entry point `make eval` runs: a bad value fails in one line, before the heavy imports."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "adaspec.evaluate", f"paths.root={tmp_path}", "eval.n_prompts=0"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stderr.startswith("error: config key `eval.n_prompts`=0")

@@ -8,9 +8,9 @@ models and pretrained tokenizers:
 - operator: the text has no letter or digit and holds one of + - − * × / ÷ = (" *", "=", "=$", ")/"), or
   is " x" (times, as GSM8K writes "3 x 4"; a bare "x" is mostly a piece of a word like "six"). Its type
   is that of the first such symbol: plus, minus, times, divide or equals. "-" as a hyphen counts too.
-- whitespace: the text is only whitespace ("\\n", "\\n   ", "   ", "\\t"). The byte-level pre-tokenizer
-  attaches a single space between words to the following word, so a whitespace-only token is a line
-  break, indentation or alignment.
+- whitespace: the text is only whitespace and holds a line break or tab or at least two spaces ("\\n",
+  "\\n   ", "   ", "\\t"): line breaks and indentation. A lone " " is not one: a small BPE that lacks the
+  merge of a space with the next character leaves the leading space of " range" or " 0" on its own.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _SYMBOLS = frozenset("+-−*×/÷=")
 def classify_text(text: str) -> tuple[int, int]:
     """(class, operator type index or -1) of one token's text."""
     if text and text.isspace():
-        return WHITESPACE, -1
+        return (WHITESPACE if text != " " else OTHER), -1
     core = text.strip()
     if core and all("0" <= c <= "9" for c in core):
         return DIGIT, -1

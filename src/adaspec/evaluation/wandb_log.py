@@ -49,19 +49,15 @@ def log_to_wandb(cfg: DictConfig, results: dict[str, Any], folder: Path, images:
         for name, row in rows:
             table.add_data(name, row["k"], row["draft_quant"], *(_plain(row.get(c)) for c in columns[3:]))
         labels = {row["label"]: row for _, row in rows}
-        run.log(
-            {
-                "eval/results": table,
-                "eval/reject_rate_curve": _line_series(
-                    wandb, {label: rejection_curve(row) for label, row in labels.items()},
-                    "reject_rate_at/i by draft position", "draft position i",
-                ),
-                "eval/alpha_vs_gamma": _line_series(
-                    wandb, {label: alpha_curve(row) for label, row in labels.items()}, "alpha against gamma", "gamma"
-                ),
-                **{f"eval/{name}": wandb.Image(str(path)) for name, path in images.items()},
-            }
-        )
+        logged = {"eval/results": table, **{f"eval/{name}_png": wandb.Image(str(path)) for name, path in images.items()}}
+        for key, curve, title, xname in [
+            ("eval/reject_rate_curve", rejection_curve, "reject_rate_at/i by draft position", "draft position i"),
+            ("eval/alpha_vs_gamma", alpha_curve, "alpha against gamma", "gamma"),
+        ]:
+            curves = {label: curve(row) for label, row in labels.items()}
+            if any(xs for xs, _ in curves.values()):  # no sweep with eval.gamma_sweep_prompts=0 when sampling
+                logged[key] = _line_series(wandb, curves, title, xname)
+        run.log(logged)
         for name, row in rows:
             run.summary.update({f"{name}/{key}": _plain(row.get(key)) for key in (*SUMMARY_KEYS, metric)})
         run.summary.update({f"target/{metric}": _plain(results["target"].get(metric))})
