@@ -11,6 +11,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "offline"
 os.environ["WANDB_SILENT"] = "true"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tiny models run fastest on one thread, and subprocesses (DDP ranks, entry points) inherit this.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

@@ -56,7 +56,7 @@ def test_exact_cache_matches_the_live_target(trained):
         deltas[name] = (kl_draft, kl_draft - kl_ref)
     torch.testing.assert_close(deltas["cached"][0], deltas["live"][0], atol=2e-3, rtol=2e-3)
     selected = [select_top_k(deltas[n][1], 0.4) for n in ("live", "cached")]
-    assert (selected[0] != selected[1]).sum() <= 1  # float16 rounding may swap one tie at the threshold
+    assert (selected[0] != selected[1]).sum() <= 2  # float16 rounding may swap one pair at the threshold
 
 
 def test_topk_kl_is_a_lower_bound_and_exact_with_the_whole_vocabulary():
