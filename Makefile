@@ -44,7 +44,7 @@ demo: install
 	$(TRAIN) stage=ref $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(ARGS)
-	$(PY) -m adaspec.evaluate eval.n_prompts=30 $(ARGS)
+	$(PY) -m adaspec.evaluate eval.n_prompts=20 $(ARGS)
 
 # One draft per k against one shared target and reference.
 sweep: install
