@@ -116,3 +116,17 @@ def test_wandb_logger_runs_offline_beside_the_csv_log(tiny_cfg):
     runs = list((final.parent / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
     assert "train/loss" in logged_columns(final.parent)
+
+
+def test_multirun_sweep_over_k_shares_one_target_and_reference(tiny_cfg, tmp_path):
+    run_stage(tiny_cfg("stage=target"))
+    ref = run_stage(tiny_cfg("stage=ref"))
+    overrides = [*TINY, f"paths.root={tmp_path / 'outputs'}", "stage.monitor_every_n_steps=0"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "adaspec.train", "-m", "stage=draft", "k=0.2,0.6", *overrides],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for k in ("0.2", "0.6"):
+        final = paths.final(paths.draft_dir(tiny_cfg("stage=draft"), float(k)))
+        assert read_meta(final)["upstream"]["ref"] == read_meta(ref)["weights"]
