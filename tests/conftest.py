@@ -48,6 +48,17 @@ TINY = [
 ]
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models only pay thread overhead; with other jobs on 2 cores, 2 threads are ~10x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def compose_config(*overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=list(overrides))

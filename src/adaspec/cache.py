@@ -46,10 +46,10 @@ def build_cache(cfg: DictConfig) -> Path:
         write_teacher_cache,
     )
     from adaspec.models.build import freeze, load_model
-    from adaspec.pipeline import _require
+    from adaspec.pipeline import require_artefact
 
     validate(cfg)
-    _require(paths.target_dir(cfg), "target", "cache", cfg)
+    require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
     target_final = paths.final(paths.target_dir(cfg))
     folder = paths.teacher_cache_dir(cfg)
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)

@@ -39,11 +39,11 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.evaluation.cost import cost_ratio
     from adaspec.evaluation.run import draft_name, setting_name
     from adaspec.models.build import freeze, load_model
-    from adaspec.pipeline import _require
+    from adaspec.pipeline import require_artefact
 
     validate(cfg)
-    _require(paths.target_dir(cfg), "target", "diagnose", cfg)
-    _require(paths.ref_dir(cfg), "ref", "diagnose", cfg)
+    require_artefact(paths.target_dir(cfg), "target", "diagnose", cfg)
+    require_artefact(paths.ref_dir(cfg), "ref", "diagnose", cfg)
     target_final = paths.final(paths.target_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     held_out = encode_all(tokenizer, load_task(cfg.task)["test"][: cfg.task.n_val], cfg.task.max_length)

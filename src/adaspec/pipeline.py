@@ -66,7 +66,7 @@ MAKE_HINT = {
 }
 
 
-def _require(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:
+def require_artefact(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:
     final = paths.final(folder)
     if not (final / "meta.json").is_file():
         raise UserError(
@@ -81,9 +81,9 @@ def check_upstream(cfg: DictConfig) -> dict[str, str]:
     stage = cfg.stage.name
     if stage == "target":
         return {}
-    upstream = {"target": _require(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
+    upstream = {"target": require_artefact(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
     if stage == "draft":
-        ref_meta = _require(paths.ref_dir(cfg), "ref", stage, cfg)
+        ref_meta = require_artefact(paths.ref_dir(cfg), "ref", stage, cfg)
         init_meta = read_meta(paths.final(paths.draft_init_dir(cfg)))
         if ref_meta["upstream"].get("target") != upstream["target"]:
             raise UserError(

@@ -13,12 +13,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models only pay thread overhead; with other jobs on 2 cores, 2 threads are ~10x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(n)
 
 
 def tiny_model(

@@ -14,11 +14,8 @@ MONITORED = ["stage.monitor_every_n_steps=2", "stage.monitor_prompts=3"]
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread(one_torch_thread):
     yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="session")

@@ -39,25 +39,23 @@ class TaskDataModule(pl.LightningDataModule):
         # validation indices follow the training ones, so one teacher cache can cover both
         self.val_set = encode_all(tokenizer, splits["test"][:n_val], max_length, first_index=len(self.train_set))
 
-    def train_dataloader(self) -> DataLoader:
+    def _loader(self, dataset: list[Encoded], shuffle_seed: int | None = None) -> DataLoader:
+        generator = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)
         return DataLoader(
-            self.train_set,
+            dataset,
             batch_size=self.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(self.seed),
+            shuffle=generator is not None,
+            generator=generator,
             collate_fn=partial(collate, pad_id=self.pad_id),
         )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle_seed=self.seed)
 
     def calibration_dataloader(self, seed: int = 12345) -> DataLoader:
         """Training batches in an order of their own, for estimating statistics without moving the
         training loader's random state."""
-        return DataLoader(
-            self.train_set,
-            batch_size=self.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(seed),
-            collate_fn=partial(collate, pad_id=self.pad_id),
-        )
+        return self._loader(self.train_set, shuffle_seed=seed)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.val_set, batch_size=self.batch_size, collate_fn=partial(collate, pad_id=self.pad_id))
+        return self._loader(self.val_set)

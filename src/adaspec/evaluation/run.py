@@ -53,7 +53,7 @@ from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
 from adaspec.models.build import load_model, n_params
-from adaspec.pipeline import _require as require_artefact
+from adaspec.pipeline import require_artefact
 
 
 def setting_name(decode: DictConfig) -> str:
