@@ -31,21 +31,28 @@ NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_
 def fingerprint(cfg: DictConfig, stage: str) -> str:
     """Hash of the config sections that change what `stage` produces (not logging, not paths)."""
     keys: dict[str, Any] = {"task": cfg.task, "model": cfg.model, "stage": cfg.stage}
-    if stage == "target":
+    if stage in ("target", "pretrain_target"):
         keys["target_seed"] = cfg.target_seed
     else:
         keys["seed"] = cfg.seed
+    if cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none":  # stage 0 changes every later stage
+        keys["pretrain"] = cfg.pretrain
     if stage == "draft":
         keys["distill"] = cfg.distill
         keys["k"] = cfg.k
-    plain = {name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for name, v in keys.items()}
+    plain = {
+        name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
+        for name, v in keys.items()
+    }
     # how often to checkpoint, validate or measure acceptance does not change the trained weights
     for key in NOT_TRAINING:
         plain["stage"].pop(key, None)
     # task.default_k acts through k; task.domain options count only for the stages they change
     plain["task"].pop("default_k", None)
     domain = plain["task"].get("domain") or {}
-    plain["task"]["domain"] = {o: v for o, v in domain.items() if stage in DOMAIN_OPTION_STAGES.get(o, (stage,))}
+    plain["task"]["domain"] = {
+        o: v for o, v in domain.items() if stage in DOMAIN_OPTION_STAGES.get(o, (stage,))
+    }
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

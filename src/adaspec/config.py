@@ -57,9 +57,13 @@ class DomainConfig:
 
     digit_weight: float = 1.0  # stages 2-3: loss weight of answer tokens that are digits (math: 2.0)
     operator_weight: float = 1.0  # stages 2-3: loss weight of operator tokens + - * / = x (math: 1.5)
-    operator_embedding: bool = False  # stage 3: learned vector per operator type added to the draft's input rows
+    operator_embedding: bool = (
+        False  # stage 3: learned vector per operator type added to the draft's input rows
+    )
     keep_whitespace_tokens: bool = False  # stage 3: newline/indentation tokens are always selected (code: on)
-    api_vocab_size: int = 0  # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
+    api_vocab_size: int = (
+        0  # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
+    )
 
 
 # The stages each task.domain option changes; the others leave it out of their artefact fingerprint, so an
@@ -270,8 +274,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     )
     d = cfg.distill
     selections = [m.value for m in Selection]
-    _check(d.selection in selections, "distill.selection", d.selection, f"must be one of {', '.join(selections)}")
-    _check(d.refresh_every_n_steps >= 1, "distill.refresh_every_n_steps", d.refresh_every_n_steps, "must be >= 1")
+    _check(
+        d.selection in selections, "distill.selection", d.selection, f"must be one of {', '.join(selections)}"
+    )
+    _check(
+        d.refresh_every_n_steps >= 1, "distill.refresh_every_n_steps", d.refresh_every_n_steps, "must be >= 1"
+    )
     _check(d.calibration_batches >= 1, "distill.calibration_batches", d.calibration_batches, "must be >= 1")
     _check(d.chunk_size >= 1, "distill.chunk_size", d.chunk_size, "must be >= 1")
     _check(d.teacher in ("live", "cache"), "distill.teacher", d.teacher, "must be 'live' or 'cache'")
@@ -284,7 +292,10 @@ def validate(cfg: DictConfig) -> DictConfig:
         "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
     )
     _check(
-        not (d.cache_ref_kl and d.teacher != "cache"), "distill.cache_ref_kl", d.cache_ref_kl, "needs distill.teacher=cache"
+        not (d.cache_ref_kl and d.teacher != "cache"),
+        "distill.cache_ref_kl",
+        d.cache_ref_kl,
+        "needs distill.teacher=cache",
     )
     t = cfg.task
     _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
@@ -295,7 +306,9 @@ def validate(cfg: DictConfig) -> DictConfig:
         _check(dom[key] > 0, f"task.domain.{key}", dom[key], "must be > 0 (1.0 turns the weighting off)")
     _check(dom.api_vocab_size >= 0, "task.domain.api_vocab_size", dom.api_vocab_size, "must be >= 0 (0: off)")
     m = cfg.model
-    _check(m.source in ("scratch", "pretrained"), "model.source", m.source, "must be 'scratch' or 'pretrained'")
+    _check(
+        m.source in ("scratch", "pretrained"), "model.source", m.source, "must be 'scratch' or 'pretrained'"
+    )
     _check(
         m.attn_implementation in ("auto", "sdpa", "eager", "flash_attention_2"),
         "model.attn_implementation",
@@ -306,8 +319,24 @@ def validate(cfg: DictConfig) -> DictConfig:
         for key in ("target_path", "draft_path"):
             _check(bool(m[key]), f"model.{key}", m[key], "pretrained models need a Hub id or a local folder")
     tr = cfg.trainer
-    precisions = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64")
-    _check(str(tr.precision) in precisions, "trainer.precision", tr.precision, f"must be one of {', '.join(precisions)}")
+    precisions = (
+        "32-true",
+        "bf16-mixed",
+        "16-mixed",
+        "bf16-true",
+        "16-true",
+        "64-true",
+        "32",
+        "16",
+        "bf16",
+        "64",
+    )
+    _check(
+        str(tr.precision) in precisions,
+        "trainer.precision",
+        tr.precision,
+        f"must be one of {', '.join(precisions)}",
+    )
     _check(tr.fp16_init_scale > 0, "trainer.fp16_init_scale", tr.fp16_init_scale, "must be > 0, e.g. 128")
     _check(tr.num_nodes >= 1, "trainer.num_nodes", tr.num_nodes, "must be >= 1")
     from adaspec.models.attention import check_attn_implementation
@@ -326,12 +355,28 @@ def validate(cfg: DictConfig) -> DictConfig:
     for kk in cfg.eval.draft_ks:
         _check(0.0 < kk <= 1.0, "eval.draft_ks", list(cfg.eval.draft_ks), "every k must be in (0, 1]")
     _check(len(cfg.eval.draft_ks) >= 1, "eval.draft_ks", list(cfg.eval.draft_ks), "name at least one k")
-    _check(all(g >= 1 for g in cfg.eval.gammas), "eval.gammas", list(cfg.eval.gammas), "every gamma must be >= 1")
-    _check(cfg.eval.gamma_sweep_prompts >= 0, "eval.gamma_sweep_prompts", cfg.eval.gamma_sweep_prompts, "must be >= 0")
-    _check(cfg.eval.num_threads >= 0, "eval.num_threads", cfg.eval.num_threads, "must be >= 0 (0: torch's default)")
+    _check(
+        all(g >= 1 for g in cfg.eval.gammas), "eval.gammas", list(cfg.eval.gammas), "every gamma must be >= 1"
+    )
+    _check(
+        cfg.eval.gamma_sweep_prompts >= 0,
+        "eval.gamma_sweep_prompts",
+        cfg.eval.gamma_sweep_prompts,
+        "must be >= 0",
+    )
+    _check(
+        cfg.eval.num_threads >= 0,
+        "eval.num_threads",
+        cfg.eval.num_threads,
+        "must be >= 0 (0: torch's default)",
+    )
     _check(cfg.decode.max_new_tokens >= 1, "decode.max_new_tokens", cfg.decode.max_new_tokens, "must be >= 1")
-    _check(st.monitor_every_n_steps >= 0, "stage.monitor_every_n_steps", st.monitor_every_n_steps, "must be >= 0")
-    _check(st.monitor_prompts >= 0, "stage.monitor_prompts", st.monitor_prompts, "must be >= 0 (0: no monitor)")
+    _check(
+        st.monitor_every_n_steps >= 0, "stage.monitor_every_n_steps", st.monitor_every_n_steps, "must be >= 0"
+    )
+    _check(
+        st.monitor_prompts >= 0, "stage.monitor_prompts", st.monitor_prompts, "must be >= 0 (0: no monitor)"
+    )
     return cfg
 
 

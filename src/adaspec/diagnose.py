@@ -24,7 +24,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def markdown(verdicts: list[dict[str, str]]) -> str:
     lines = ["| check | verdict | measured | threshold | action |", "|---|---|---|---|---|"]
-    lines += [f"| {v['check']} | {v['status']} | {v['value']} | {v['threshold']} | {v['action']} |" for v in verdicts]
+    lines += [
+        f"| {v['check']} | {v['status']} | {v['value']} | {v['threshold']} | {v['action']} |"
+        for v in verdicts
+    ]
     return "\n".join(lines)
 
 
@@ -66,7 +69,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         folder = paths.draft_dir(cfg, k)
         name = f"draft k={paths.format_k(k)}"
         if not (paths.final(folder) / "meta.json").is_file():
-            verdicts.append(checks.Verdict(name, "skip", "not trained", "", f"make stage3 ARGS=\"k={k}\""))
+            verdicts.append(checks.Verdict(name, "skip", "not trained", "", f'make stage3 ARGS="k={k}"'))
             continue
         draft = freeze(load_model(paths.final(folder)))
         _, agreement, n = held_out_kl_and_agreement(target, draft, held_out, tokenizer.pad_token_id)
@@ -120,7 +123,10 @@ def torch_prompt(tokenizer, held_out):
 
 def write_report(folder: Path, report: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (("report.json", json.dumps(report, indent=2)), ("report.md", markdown(report["verdicts"]) + "\n")):
+    for name, text in (
+        ("report.json", json.dumps(report, indent=2)),
+        ("report.md", markdown(report["verdicts"]) + "\n"),
+    ):
         tmp = folder / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, folder / name)
@@ -134,10 +140,22 @@ def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
 
     from adaspec import paths
 
-    run = wandb.init(project=wb.project, entity=wb.entity, mode=wb.mode, job_type="diagnose",
-                     dir=str(paths.eval_dir(cfg).parent), name=f"{cfg.task.name}/{cfg.model.name}/seed{cfg.seed}/diagnose")
+    run = wandb.init(
+        project=wb.project,
+        entity=wb.entity,
+        mode=wb.mode,
+        job_type="diagnose",
+        dir=str(paths.eval_dir(cfg).parent),
+        name=f"{cfg.task.name}/{cfg.model.name}/seed{cfg.seed}/diagnose",
+    )
     columns = ["check", "status", "value", "threshold", "action"]
-    run.log({"diagnose/report": wandb.Table(columns=columns, data=[[v[c] for c in columns] for v in report["verdicts"]])})
+    run.log(
+        {
+            "diagnose/report": wandb.Table(
+                columns=columns, data=[[v[c] for c in columns] for v in report["verdicts"]]
+            )
+        }
+    )
     run.finish()
 
 

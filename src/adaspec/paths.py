@@ -1,5 +1,7 @@
 """Where each stage's artefacts live, derived from the config alone.
 
+    <paths.root>/<task>/<model>/seed<target_seed>/pretrain-target/  stage 0 (pretrain=stdlib only)
+    <paths.root>/<task>/<model>/seed<seed>/pretrain-draft/       stage 0, the draft's, per seed
     <paths.root>/<task>/<model>/seed<target_seed>/target/        stage 1
     <paths.root>/<task>/<model>/seed<seed>/draft_init/final      the draft/reference initial weights
     <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2
@@ -49,8 +51,22 @@ def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None) -
     return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}"
 
 
+def pretrain_target_dir(cfg: DictConfig) -> Path:
+    return _model_root(cfg) / f"seed{cfg.target_seed}" / "pretrain-target"
+
+
+def pretrain_draft_dir(cfg: DictConfig) -> Path:
+    return _model_root(cfg) / f"seed{cfg.seed}" / "pretrain-draft"
+
+
 def stage_dir(cfg: DictConfig) -> Path:
-    return {"target": target_dir, "ref": ref_dir, "draft": draft_dir}[cfg.stage.name](cfg)
+    return {
+        "pretrain_target": pretrain_target_dir,
+        "pretrain_draft": pretrain_draft_dir,
+        "target": target_dir,
+        "ref": ref_dir,
+        "draft": draft_dir,
+    }[cfg.stage.name](cfg)
 
 
 def final(stage_folder: Path) -> Path:

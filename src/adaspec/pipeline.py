@@ -152,7 +152,9 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
                 f"the draft model.draft_path={cfg.model.draft_path} does not share the target's tokenizer "
                 f"{paths.final(paths.target_dir(cfg))} ({why}); use a draft of the target's family"
             )
-        model = resize_embeddings(load_model(cfg.model.draft_path, cfg.model.attn_implementation), tokenizer, n_added)
+        model = resize_embeddings(
+            load_model(cfg.model.draft_path, cfg.model.attn_implementation), tokenizer, n_added
+        )
     else:
         model = scratch_model(
             cfg.model.draft,
@@ -165,13 +167,17 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
     return folder
 
 
-def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule | None = None) -> StageModule:
+def build_module(
+    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule | None = None
+) -> StageModule:
     stage = cfg.stage.name
     attn = resolve_attn_implementation(cfg.model.attn_implementation, is_half(cfg.trainer.precision))
     if stage == "target":
         if cfg.model.source == "pretrained":  # embeddings resized for the special tokens load_tokenizer added
             student = resize_embeddings(
-                load_model(cfg.model.target_path, attn), tokenizer, pretrained_tokenizer(cfg.model.target_path)[1]
+                load_model(cfg.model.target_path, attn),
+                tokenizer,
+                pretrained_tokenizer(cfg.model.target_path)[1],
             )
         else:
             student = scratch_model(
@@ -190,14 +196,24 @@ def build_module(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: Task
     student = load_model(ensure_draft_init(cfg, tokenizer), attn)
     domain = domain_tables(cfg.task.domain, tokenizer, stage)  # task.domain: loss weights, kept tokens
     if stage == "ref":
-        return ReferenceDistill(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=domain.token_weights)
+        return ReferenceDistill(
+            student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=domain.token_weights
+        )
     if domain.operator_types is not None:
         add_operator_embedding(student, domain.operator_types)
     ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
     reference = None if ref_kl is not None else freeze(load_model(paths.final(paths.ref_dir(cfg)), attn))
     return SelectiveDistill(
-        student, cfg.stage, cfg.distill, target, reference, cfg.k, teacher=teacher, ref_kl=ref_kl,
-        token_weights=domain.token_weights, always_keep=domain.always_keep,
+        student,
+        cfg.stage,
+        cfg.distill,
+        target,
+        reference,
+        cfg.k,
+        teacher=teacher,
+        ref_kl=ref_kl,
+        token_weights=domain.token_weights,
+        always_keep=domain.always_keep,
     )
 
 
@@ -213,13 +229,21 @@ def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher:
 def cached_ref_kl(cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer) -> np.ndarray:
     """The reference's per-token KL to the cached teacher, computed on first use."""
     folder = paths.ref_dir(cfg) / "teacher_kl" / teacher.cache.spec.name
-    identity = {"reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"], **teacher.cache.meta["identity"]}
+    identity = {
+        "reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"],
+        **teacher.cache.meta["identity"],
+    }
     values = load_ref_kl(folder, identity)
     if values is None:
         reference = freeze(load_model(paths.final(paths.ref_dir(cfg)), cfg.model.attn_implementation))
         values = write_ref_kl(
-            reference, teacher, data.train_set + data.val_set, folder, identity,
-            batch_size=cfg.stage.batch_size, pad_id=tokenizer.pad_token_id,
+            reference,
+            teacher,
+            data.train_set + data.val_set,
+            folder,
+            identity,
+            batch_size=cfg.stage.batch_size,
+            pad_id=tokenizer.pad_token_id,
         )
     return values
 
@@ -228,9 +252,15 @@ def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) 
     callbacks: list[pl.Callback] = []
     if cfg.stage.name == "draft" and cfg.distill.selection == "global" and cfg.k < 1:
         callbacks.append(
-            ThresholdRefresh(data.calibration_dataloader(), cfg.distill.calibration_batches, cfg.distill.refresh_every_n_steps)
+            ThresholdRefresh(
+                data.calibration_dataloader(),
+                cfg.distill.calibration_batches,
+                cfg.distill.refresh_every_n_steps,
+            )
         )
-    if cfg.stage.name == "draft":  # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
+    if (
+        cfg.stage.name == "draft"
+    ):  # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
         callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
     prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
     if cfg.stage.name in ("ref", "draft") and cfg.stage.monitor_every_n_steps > 0 and prompts:
@@ -282,25 +312,32 @@ def run_stage(cfg: DictConfig) -> Path:
         enable_gradient_checkpointing(module.student)
     steps = total_steps(cfg.stage, len(data.train_set), world_size(cfg.trainer))
     run_name = f"{cfg.task.name}/{cfg.model.name}/{folder.parent.name}/{folder.name}"
-    trainer = build_trainer(cfg, folder, len(data.train_set), run_name, stage_callbacks(cfg, module, data), module)
+    trainer = build_trainer(
+        cfg, folder, len(data.train_set), run_name, stage_callbacks(cfg, module, data), module
+    )
     last = folder / CHECKPOINTS / LAST_CHECKPOINT  # a folder under DeepSpeed
     ckpt_path = str(last) if cfg.resume and last.exists() else None
     say(
         f"[adaspec] {stage}: training {n_params(module.student) / 1e6:.2f}M parameters for {steps} steps "
-        f"on {len(data.train_set)} examples -> {paths.final(folder)}" + (f" (resuming {last})" if ckpt_path else "")
+        f"on {len(data.train_set)} examples -> {paths.final(folder)}"
+        + (f" (resuming {last})" if ckpt_path else "")
     )
     started = time.perf_counter()
     try:
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     except FloatingPointError as err:
-        raise UserError(f"{err}; last good checkpoint: {last if last.exists() else 'none'} (lower stage.lr)") from err
+        raise UserError(
+            f"{err}; last good checkpoint: {last if last.exists() else 'none'} (lower stage.lr)"
+        ) from err
     train_seconds = time.perf_counter() - started
     if trainer.interrupted or trainer.global_step < steps:
         raise UserError(
             f"{stage} stopped at step {trainer.global_step} of {steps}; nothing was saved to {paths.final(folder)}. "
             f"Continue with resume=true (last checkpoint: {last})"
         )
-    final_train = {name: float(v) for name, v in trainer.callback_metrics.items() if name.startswith("train/")}
+    final_train = {
+        name: float(v) for name, v in trainer.callback_metrics.items() if name.startswith("train/")
+    }
     validation = trainer.validate(module, datamodule=data, verbose=False)[0]
     metrics = {
         **final_train,
@@ -313,8 +350,14 @@ def run_stage(cfg: DictConfig) -> Path:
     state = full_student_state(trainer, module)  # FSDP / ZeRO-3: gathered on rank 0 (every rank takes part)
     if trainer.is_global_zero:  # one writer: the other ranks of a data-parallel run return without saving
         save_artefact(
-            paths.final(folder), model=module.student, tokenizer=tokenizer, cfg=cfg, stage=stage, metrics=metrics,
-            upstream=upstream, state_dict=state,
+            paths.final(folder),
+            model=module.student,
+            tokenizer=tokenizer,
+            cfg=cfg,
+            stage=stage,
+            metrics=metrics,
+            upstream=upstream,
+            state_dict=state,
         )
     if wandb.run is not None:
         wandb.run.summary.update(metrics)

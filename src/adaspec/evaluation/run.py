@@ -87,12 +87,14 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, dict[float, Path]]:
         if meta["upstream"].get("target") != target_meta["weights"]:
             raise UserError(
                 f"the draft {paths.final(folder)} was distilled from another target than "
-                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS=\"k={paths.format_k(k)} "
-                f"overwrite=true\"` (and stage2 first if the reference is stale too)"
+                f'{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS="k={paths.format_k(k)} '
+                f'overwrite=true"` (and stage2 first if the reference is stale too)'
             )
         drafts[float(k)] = paths.final(folder)
     if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu" and not can_load_8bit():
-        load_draft_8bit(paths.final(paths.draft_dir(cfg, cfg.eval.draft_ks[0])))  # raises, naming what is missing
+        load_draft_8bit(
+            paths.final(paths.draft_dir(cfg, cfg.eval.draft_ks[0]))
+        )  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
 
 
@@ -128,22 +130,42 @@ def acceptance_vs_gamma(
     decode, gammas = cfg.decode, [int(g) for g in cfg.eval.gammas]
     if decode.temperature == 0:
         vocab = min(target.config.vocab_size, draft.config.vocab_size)
-        matches = [draft_matches(draft, ids, r.tokens, vocab) for ids, r in zip(prompts, target_results, strict=True)]
+        matches = [
+            draft_matches(draft, ids, r.tokens, vocab) for ids, r in zip(prompts, target_results, strict=True)
+        ]
 
         def replayed(policy, i: int) -> GenerationResult:
-            return replay(target_results[i].tokens, matches[i], policy=policy, prompt_len=prompts[i].shape[1],
-                          max_new_tokens=decode.max_new_tokens, eos_token_id=eos_token_id)
+            return replay(
+                target_results[i].tokens,
+                matches[i],
+                policy=policy,
+                prompt_len=prompts[i].shape[1],
+                max_new_tokens=decode.max_new_tokens,
+                eos_token_id=eos_token_id,
+            )
 
-        check = sum(replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured))
-        by_gamma = {str(g): acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g) for g in gammas}
+        check = sum(
+            replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured)
+        )
+        by_gamma = {
+            str(g): acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g)
+            for g in gammas
+        }
         return {"method": "replay", "prompts": len(prompts), "replay_mismatches": check, "by_gamma": by_gamma}
     subset = prompts[: cfg.eval.gamma_sweep_prompts]
     by_gamma = {}
     for g in gammas if subset else []:
         runs = [
-            speculative_generate(target, draft, ids, gamma_policy=FixedGamma(g), max_new_tokens=decode.max_new_tokens,
-                                 eos_token_id=eos_token_id, temperature=decode.temperature,
-                                 generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i))
+            speculative_generate(
+                target,
+                draft,
+                ids,
+                gamma_policy=FixedGamma(g),
+                max_new_tokens=decode.max_new_tokens,
+                eos_token_id=eos_token_id,
+                temperature=decode.temperature,
+                generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i),
+            )
             for i, ids in enumerate(subset)
         ]
         by_gamma[str(g)] = acceptance_summary(runs, g)
@@ -176,10 +198,14 @@ def summarise(
     rows: dict[str, dict[str, Any]] = {}
     for draft in drafts:
         spec = m.speculative[draft.name]
-        row = {**draft_info[draft.name], **draft_summary(spec, m.target, m.hf_assisted.get(draft.name),
-                                                         gamma=decode.gamma, greedy=greedy)}
+        row = {
+            **draft_info[draft.name],
+            **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy),
+        }
         row[metric] = score(spec)
-        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.model, prompts, m.target, spec, eos)
+        row["acceptance_vs_gamma"] = acceptance_vs_gamma(
+            cfg, target, draft.model, prompts, m.target, spec, eos
+        )
         rows[draft.name] = row
     return {
         "setting": setting_name(decode),
@@ -188,9 +214,14 @@ def summarise(
         "metric": metric,
         "n_prompts": len(prompts),
         "decode": OmegaConf.to_container(decode, resolve=True, enum_to_str=True),
-        "hf_assisted": {"num_assistant_tokens": decode.gamma, "num_assistant_tokens_schedule": "constant",
-                        "assistant_confidence_threshold": 0, "do_sample": not greedy}
-        if cfg.eval.compare_hf_assisted else None,
+        "hf_assisted": {
+            "num_assistant_tokens": decode.gamma,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0,
+            "do_sample": not greedy,
+        }
+        if cfg.eval.compare_hf_assisted
+        else None,
         "target": {**target_summary(m.target), metric: score(m.target), "parameters": n_params(target)},
         "drafts": rows,
     }
@@ -214,15 +245,27 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         model = load_model(path, attn).to(device).eval()
         variants = [("none", model)]
         if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
-            int8 = quantize_draft_int8(model) if device.type == "cpu" else load_draft_8bit(path, attn, device.index or 0)
+            int8 = (
+                quantize_draft_int8(model)
+                if device.type == "cpu"
+                else load_draft_8bit(path, attn, device.index or 0)
+            )
             variants.append(("int8", int8))
         for quant, variant in variants:
             name = draft_name(k, quant)
             drafts.append(Draft(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
-            draft_info[name] = {"label": draft_label(k, quant), "k": k, "draft_quant": quant, "path": str(path),
-                                "parameters": n_params(model)}
+            draft_info[name] = {
+                "label": draft_label(k, quant),
+                "k": k,
+                "draft_quant": quant,
+                "path": str(path),
+                "parameters": n_params(model),
+            }
 
-    prompts = [tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device) for e in examples]
+    prompts = [
+        tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device)
+        for e in examples
+    ]
     decode = cfg.decode
     measurements = benchmark(
         target,

@@ -24,7 +24,9 @@ def sample_ids(n: int, size: int = 512, tail: int = 64) -> list[int]:
     return sorted(set(range(0, n, step)) | set(range(max(0, n - tail), n)))
 
 
-def vocabulary_mismatch(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, sample: int = 512) -> str | None:
+def vocabulary_mismatch(
+    a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, sample: int = 512
+) -> str | None:
     """Why `a` and `b` cannot serve one target/draft pair, or None when they agree."""
     if len(a) != len(b):
         return f"{len(a)} tokens vs {len(b)} tokens"
@@ -80,7 +82,7 @@ def check_stage_vocabularies(cfg) -> None:
     init = paths.final(paths.draft_init_dir(cfg))
     if cfg.model.source == "pretrained" and (stage == "target" or not (init / "meta.json").is_file()):
         check_pretrained_vocabularies(cfg.model.target_path, cfg.model.draft_path)
-    if stage == "target":
+    if stage in ("target", "pretrain_target", "pretrain_draft"):
         return
     folders = {"target": paths.final(paths.target_dir(cfg))}
     if (init / "meta.json").is_file():
