@@ -37,7 +37,8 @@ class Normalize(StrEnum):
     selected_tokens = "selected_tokens"
 
 
-STAGES = ("target", "ref", "draft")
+STAGES = ("pretrain_target", "pretrain_draft", "target", "ref", "draft")
+PRETRAIN_STAGES = ("pretrain_target", "pretrain_draft")
 
 
 @dataclass
@@ -73,7 +74,7 @@ DOMAIN_OPTION_STAGES = {
     "operator_weight": ("ref", "draft"),
     "operator_embedding": ("draft",),
     "keep_whitespace_tokens": ("draft",),
-    "api_vocab_size": ("target", "ref", "draft"),
+    "api_vocab_size": ("pretrain_target", "pretrain_draft", "target", "ref", "draft"),
 }
 
 
@@ -159,6 +160,27 @@ class DistillConfig:
     cache_mode: str = "exact"  # exact: full float16 log-probs; topk: top `cache_topk` + remaining mass
     cache_topk: int = 64
     cache_ref_kl: bool = False  # stage 3 with teacher=cache: also cache the reference's per-token KL
+    # Stage 3 budget of the official AdaSPEC scripts (see adaspec.distill.budget): batch_size / budget_k
+    # sequences per step for the number of steps the stage would take at stage.batch_size, so the selected
+    # tokens per step match the reference's and the draft sees 1/budget_k times the data.
+    match_token_budget: bool = False
+    budget_k: float | None = None  # the k whose budget to match; None: the run's own k
+
+
+@dataclass
+class PretrainConfig:
+    """Stage 0 (from-scratch presets only): pre-train the target and the draft initialisation on a code
+    corpus before the task. Its own lr, batch and epochs: the corpus is not the task, so stage.* of the
+    task's stages do not apply (stage.max_steps still caps it)."""
+
+    corpus: str = "none"  # none | stdlib (adaspec.data.stdlib_corpus)
+    max_chars: int = 3_000_000  # characters of source taken (about 1M tokens with a 4k BPE)
+    block_chars: int = 1200  # characters per training example, whole lines
+    n_val: int = 64  # blocks held out for the validation loss
+    seed: int = 0  # which files make the corpus (a seeded shuffle of the stdlib's files)
+    lr: float = 2e-3
+    batch_size: int = 32
+    max_epochs: int = 1
 
 
 @dataclass
@@ -199,6 +221,10 @@ class PathsConfig:
 class EvalConfig:
     n_prompts: int = 50  # the first n test prompts of the task
     draft_ks: list[float] = field(default_factory=lambda: [0.4, 1.0])
+    # stage.tag of the evaluated drafts; every k is evaluated with every tag ("": untagged), e.g.
+    # ["", "matched"] also evaluates draft-k<k>-matched (stage.tag=matched)
+    draft_tags: list[str] = field(default_factory=lambda: [""])
+    name: str = ""  # suffix of the results folder, e.g. eval/greedy-g5-ksweep, to keep evaluations apart
     compare_hf_assisted: bool = True
     # Acceptance against gamma (fixed gamma). Greedy decoding replays the target's output against the
     # draft's predictions, exactly and for all prompts at the cost of one draft forward per prompt;
@@ -217,6 +243,7 @@ class Config:
     decode: DecodeConfig = MISSING
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
+    pretrain: PretrainConfig = MISSING
     paths: PathsConfig = field(default_factory=PathsConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     k: float = 0.4
@@ -238,6 +265,7 @@ def register_configs() -> None:
         ("decode", DecodeConfig),
         ("trainer", TrainerConfig),
         ("logger", LoggerConfig),
+        ("pretrain", PretrainConfig),
     ]:
         cs.store(group=group, name=f"{group}_schema", node=node)
 
@@ -291,12 +319,41 @@ def validate(cfg: DictConfig) -> DictConfig:
         d.divergence,
         "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
     )
+    if d.budget_k is not None:
+        _check(
+            0.0 < d.budget_k <= 1.0, "distill.budget_k", d.budget_k, "must be in (0, 1] or null (the run's k)"
+        )
     _check(
         not (d.cache_ref_kl and d.teacher != "cache"),
         "distill.cache_ref_kl",
         d.cache_ref_kl,
         "needs distill.teacher=cache",
     )
+    p = cfg.pretrain
+    _check(
+        p.corpus in ("none", "stdlib"),
+        "pretrain.corpus",
+        p.corpus,
+        "must be 'none' or 'stdlib' (pretrain=stdlib)",
+    )
+    if st.name in PRETRAIN_STAGES:
+        _check(
+            p.corpus != "none",
+            "pretrain.corpus",
+            p.corpus,
+            f"stage={st.name} (stage 0) needs a corpus: add pretrain=stdlib",
+        )
+    if p.corpus != "none":
+        _check(
+            cfg.model.source == "scratch",
+            "pretrain.corpus",
+            p.corpus,
+            "stage 0 is for from-scratch presets; pretrained models need pretrain=none",
+        )
+        for key in ("max_chars", "block_chars", "batch_size", "max_epochs"):
+            _check(p[key] >= 1, f"pretrain.{key}", p[key], "must be >= 1")
+        _check(p.n_val >= 1, "pretrain.n_val", p.n_val, "must be >= 1")
+        _check(p.lr > 0, "pretrain.lr", p.lr, "must be > 0")
     t = cfg.task
     _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
     _check(t.max_length >= 16, "task.max_length", t.max_length, "must be >= 16")
@@ -355,6 +412,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     for kk in cfg.eval.draft_ks:
         _check(0.0 < kk <= 1.0, "eval.draft_ks", list(cfg.eval.draft_ks), "every k must be in (0, 1]")
     _check(len(cfg.eval.draft_ks) >= 1, "eval.draft_ks", list(cfg.eval.draft_ks), "name at least one k")
+    _check(
+        len(cfg.eval.draft_tags) >= 1,
+        "eval.draft_tags",
+        list(cfg.eval.draft_tags),
+        'name at least one tag ("": untagged)',
+    )
     _check(
         all(g >= 1 for g in cfg.eval.gammas), "eval.gammas", list(cfg.eval.gammas), "every gamma must be >= 1"
     )

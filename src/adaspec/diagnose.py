@@ -40,7 +40,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.diagnostics import checks
     from adaspec.diagnostics.measure import held_out_kl_and_agreement, logged, machine_memory_mb, read_json
     from adaspec.evaluation.cost import cost_ratio
-    from adaspec.evaluation.run import draft_name, setting_name
+    from adaspec.evaluation.run import draft_name, results_dir
     from adaspec.models.build import freeze, load_model
     from adaspec.pipeline import require_artefact
 
@@ -62,7 +62,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         checks.warmup_and_decay("ref", logged(ref_folder, "train/lr")),
         checks.loss_still_falling("ref", logged(ref_folder, "train/loss")),
     ]
-    results = read_json(paths.eval_dir(cfg) / setting_name(cfg.decode) / "results.json")
+    results = read_json(results_dir(cfg) / "results.json")
     context = max(len(e.input_ids) for e in held_out) + cfg.decode.max_new_tokens
     peak, last_time = None, -1.0
     for k in cfg.eval.draft_ks:

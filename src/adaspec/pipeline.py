@@ -10,6 +10,7 @@ import json
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -23,10 +24,11 @@ from adaspec.artefacts import fingerprint, read_meta, save_artefact
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
-from adaspec.config import validate
+from adaspec.config import PRETRAIN_STAGES, validate
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tasks import Example, load_task
 from adaspec.data.tokenizer import frequent_dotted_names, padded_vocab_size, train_bpe_tokenizer
+from adaspec.distill.budget import apply_token_budget
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedTeacher
 from adaspec.distill.teacher_cache import TeacherCache
@@ -45,6 +47,7 @@ from adaspec.models.build import (
 )
 from adaspec.models.operator_embedding import add_operator_embedding
 from adaspec.models.vocab import check_stage_vocabularies, vocabulary_mismatch
+from adaspec.pretrain import corpus_blocks, corpus_splits, pretrain_stage_config, uses_pretrain
 from adaspec.stages.base import StageModule
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.ref import ReferenceDistill
@@ -60,6 +63,8 @@ from adaspec.trainer import (
 )
 
 MAKE_HINT = {
+    "pretrain_target": "python -m adaspec.train pretrain=stdlib stage=pretrain_target",
+    "pretrain_draft": "python -m adaspec.train pretrain=stdlib stage=pretrain_draft",
     "target": "make stage1 (python -m adaspec.train stage=target)",
     "ref": "make stage2 (python -m adaspec.train stage=ref)",
     "draft": "make stage3 (python -m adaspec.train stage=draft)",
@@ -79,6 +84,13 @@ def require_artefact(folder: Path, stage: str, needed_by: str, cfg: DictConfig, 
 def check_upstream(cfg: DictConfig) -> dict[str, str]:
     """The upstream artefacts this stage trains from, as {name: weights hash}; raises if any is missing."""
     stage = cfg.stage.name
+    if stage == "pretrain_target":
+        return {}
+    if stage == "pretrain_draft" or (stage == "target" and uses_pretrain(cfg)):
+        meta = require_artefact(
+            paths.pretrain_target_dir(cfg), "pretrain_target", stage, cfg, " pretrain=stdlib"
+        )
+        return {"pretrain_target": meta["weights"]}
     if stage == "target":
         return {}
     upstream = {"target": require_artefact(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
@@ -124,14 +136,30 @@ def training_texts(examples: list[Example]) -> list[str]:
     return [e.prompt + e.target for e in examples]
 
 
+def tokenizer_home(cfg: DictConfig) -> Path | None:
+    """The artefact whose tokenizer this stage uses; None for the stage that makes it (stage 1, or stage 0
+    with pretrain=stdlib)."""
+    stage, pretrain = cfg.stage.name, uses_pretrain(cfg)
+    if stage == "pretrain_target" or (stage == "target" and not pretrain):
+        return None
+    if stage == "pretrain_draft" or stage == "target":
+        return paths.final(paths.pretrain_target_dir(cfg))
+    return paths.final(paths.target_dir(cfg))
+
+
 def load_tokenizer(cfg: DictConfig, splits: dict[str, list[Example]]) -> PreTrainedTokenizerBase:
-    """Stage 1 trains (or, for pretrained models, loads) the tokenizer; later stages read it from the target."""
-    if cfg.stage.name != "target":
-        return AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
+    """Stage 1 (stage 0 with pretrain=stdlib) trains the tokenizer, or loads a pretrained model's; later
+    stages read it from that artefact."""
+    home = tokenizer_home(cfg)
+    if home is not None:
+        return AutoTokenizer.from_pretrained(str(home))
     if cfg.model.source == "pretrained":
         return pretrained_tokenizer(cfg.model.target_path)[0]  # with a pad token added if it had none
+    texts = training_texts(splits["train"])
+    if cfg.stage.name == "pretrain_target":
+        texts += corpus_blocks(cfg)
     api_names = frequent_dotted_names([e.target for e in splits["train"]], cfg.task.domain.api_vocab_size)
-    return train_bpe_tokenizer(training_texts(splits["train"]), cfg.task.vocab_size, added_tokens=api_names)
+    return train_bpe_tokenizer(texts, cfg.task.vocab_size, added_tokens=api_names)
 
 
 def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Path:
@@ -141,6 +169,7 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
     folder = paths.final(paths.draft_init_dir(cfg))
     if (folder / "meta.json").is_file():
         return folder
+    upstream: dict[str, str] = {}
     if not is_global_zero():
         wait_for(folder / "meta.json", "the draft initialisation")
         return folder
@@ -155,6 +184,12 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
         model = resize_embeddings(
             load_model(cfg.model.draft_path, cfg.model.attn_implementation), tokenizer, n_added
         )
+    elif uses_pretrain(cfg):  # stage 0's draft for this seed
+        meta = require_artefact(
+            paths.pretrain_draft_dir(cfg), "pretrain_draft", cfg.stage.name, cfg, " pretrain=stdlib"
+        )
+        model = load_model(paths.final(paths.pretrain_draft_dir(cfg)), cfg.model.attn_implementation)
+        upstream = {"pretrain_draft": meta["weights"]}
     else:
         model = scratch_model(
             cfg.model.draft,
@@ -163,7 +198,9 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
             seed=cfg.seed,
             tokenizer=tokenizer,
         )
-    save_artefact(folder, model=model, tokenizer=tokenizer, cfg=cfg, stage="draft_init", metrics={})
+    save_artefact(
+        folder, model=model, tokenizer=tokenizer, cfg=cfg, stage="draft_init", metrics={}, upstream=upstream
+    )
     return folder
 
 
@@ -172,8 +209,25 @@ def build_module(
 ) -> StageModule:
     stage = cfg.stage.name
     attn = resolve_attn_implementation(cfg.model.attn_implementation, is_half(cfg.trainer.precision))
+    if stage in PRETRAIN_STAGES:  # stage 0: plain causal-LM training from random weights
+        arch, seed = (
+            (cfg.model.target, cfg.target_seed) if stage == "pretrain_target" else (cfg.model.draft, cfg.seed)
+        )
+        student = scratch_model(
+            arch,
+            vocab_size=padded_vocab_size(tokenizer),
+            max_positions=cfg.model.max_position_embeddings,
+            seed=seed,
+            tokenizer=tokenizer,
+            attn_implementation=attn,
+        )
+        return TargetFinetune(student, cfg.stage)
     if stage == "target":
-        if cfg.model.source == "pretrained":  # embeddings resized for the special tokens load_tokenizer added
+        if uses_pretrain(cfg):
+            student = load_model(paths.final(paths.pretrain_target_dir(cfg)), attn)
+        elif (
+            cfg.model.source == "pretrained"
+        ):  # embeddings resized for the special tokens load_tokenizer added
             student = resize_embeddings(
                 load_model(cfg.model.target_path, attn),
                 tokenizer,
@@ -286,6 +340,11 @@ def peak_memory_mb() -> float:
 def run_stage(cfg: DictConfig) -> Path:
     """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder."""
     validate(cfg)
+    cfg = pretrain_stage_config(cfg)
+    splits = None
+    if cfg.stage.name == "draft" and cfg.distill.match_token_budget:  # the budget depends on the data's size
+        splits = load_task(cfg.task)
+        cfg = apply_token_budget(cfg, len(splits["train"]), world_size(cfg.trainer))
     stage = cfg.stage.name
     folder = paths.stage_dir(cfg)
     if check_not_done(cfg, folder):
@@ -293,19 +352,23 @@ def run_stage(cfg: DictConfig) -> Path:
         return paths.final(folder)
     upstream = check_upstream(cfg)
     check_stage_vocabularies(cfg)  # a draft/target pair, or artefacts, with different tokenizers: refuse
-    pl.seed_everything(cfg.target_seed if stage == "target" else cfg.seed, workers=True, verbose=False)
+    seed = cfg.target_seed if stage in ("target", "pretrain_target") else cfg.seed
+    pl.seed_everything(seed, workers=True, verbose=False)
 
-    splits = load_task(cfg.task)
+    splits = splits or load_task(cfg.task)
     tokenizer = load_tokenizer(cfg, splits)
     if stage == "ref":
         upstream["draft_init"] = read_meta(ensure_draft_init(cfg, tokenizer))["weights"]
+    corpus: dict[str, Any] = {}
+    if stage in PRETRAIN_STAGES:  # stage 0 trains on the code corpus, not on the task
+        splits, corpus = corpus_splits(cfg)
     data = TaskDataModule(
         tokenizer,
         splits,
         batch_size=cfg.stage.batch_size,
         max_length=cfg.task.max_length,
-        n_val=cfg.task.n_val,
-        seed=cfg.seed if stage != "target" else cfg.target_seed,
+        n_val=cfg.pretrain.n_val if stage in PRETRAIN_STAGES else cfg.task.n_val,
+        seed=seed,
     )
     module = build_module(cfg, tokenizer, data)
     if cfg.model.gradient_checkpointing:
@@ -346,6 +409,7 @@ def run_stage(cfg: DictConfig) -> Path:
         "train_seconds": round(train_seconds, 2),
         "peak_memory_mb": round(peak_memory_mb(), 1),
         "parameters": n_params(module.student),
+        **{f"corpus/{name}": value for name, value in corpus.items()},
     }
     state = full_student_state(trainer, module)  # FSDP / ZeRO-3: gathered on rank 0 (every rank takes part)
     if trainer.is_global_zero:  # one writer: the other ranks of a data-parallel run return without saving

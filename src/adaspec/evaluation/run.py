@@ -9,7 +9,7 @@ the DistillSpec baseline k=1) and, with `decode.draft_quant=int8`, its int8 copy
 2. report every metric of `decoding.aggregate`, the two wall-clock speed-ups, greedy agreement with
    the target and the task's score (`adaspec.evaluation.summary`, `.scoring`);
 3. measure acceptance against gamma (`eval.gammas`; `adaspec.evaluation.replay` when greedy);
-4. write `results.json`, `results.md` and two PNG plots to `paths.eval_dir(cfg)/<setting>` (e.g.
+4. write `results.json`, `results.md` and two PNG plots to `paths.eval_dir(cfg)/<setting>[-<eval.name>]` (e.g.
    `eval/greedy-g5`), log them to W&B when enabled, and print the table.
 
 Missing artefacts are reported before anything is loaded, naming the `make` command that makes them.
@@ -63,13 +63,18 @@ def setting_name(decode: DictConfig) -> str:
     return f"{mode}{'' if policy == 'fixed' else '-' + policy}-g{decode.gamma}"
 
 
-def draft_name(k: float, quant: str = "none") -> str:
-    return f"k{paths.format_k(k)}" + ("" if quant == "none" else f"-{quant}")
+def draft_name(k: float, quant: str = "none", tag: str = "") -> str:
+    """Row name in results.json: `k0.4`, `k0.4-matched`, `k0.4-int8`."""
+    return f"k{paths.format_k(k)}" + (f"-{tag}" if tag else "") + ("" if quant == "none" else f"-{quant}")
 
 
-def draft_label(k: float, quant: str = "none") -> str:
+def draft_label(k: float, quant: str = "none", tag: str = "") -> str:
     method = "DistillSpec" if float(k) == 1.0 else "AdaSPEC"
-    return f"{method} k={paths.format_k(k)}" + ("" if quant == "none" else f" {quant}")
+    return (
+        f"{method} k={paths.format_k(k)}"
+        + (f" ({tag})" if tag else "")
+        + ("" if quant == "none" else f" {quant}")
+    )
 
 
 def eval_device(cfg: DictConfig) -> torch.device:
@@ -77,24 +82,30 @@ def eval_device(cfg: DictConfig) -> torch.device:
     return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
-def check_artefacts(cfg: DictConfig) -> tuple[Path, dict[float, Path]]:
-    """The target's and each draft's `final/` folder; a UserError naming the make command if one is missing."""
+def results_dir(cfg: DictConfig) -> Path:
+    """`<eval_dir>/<setting>[-<eval.name>]`, e.g. eval/greedy-g5."""
+    return paths.eval_dir(cfg) / (setting_name(cfg.decode) + (f"-{cfg.eval.name}" if cfg.eval.name else ""))
+
+
+def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]]]:
+    """The target's `final/` folder and (k, tag, `final/`) of each draft of eval.draft_ks x eval.draft_tags;
+    a UserError naming the make command if one is missing."""
     target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
-    drafts: dict[float, Path] = {}
-    for k in cfg.eval.draft_ks:
-        folder = paths.draft_dir(cfg, k)
-        meta = require_artefact(folder, "draft", "evaluate", cfg, f" k={paths.format_k(k)}")
-        if meta["upstream"].get("target") != target_meta["weights"]:
-            raise UserError(
-                f"the draft {paths.final(folder)} was distilled from another target than "
-                f'{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS="k={paths.format_k(k)} '
-                f'overwrite=true"` (and stage2 first if the reference is stale too)'
-            )
-        drafts[float(k)] = paths.final(folder)
+    drafts: list[tuple[float, str, Path]] = []
+    for tag in cfg.eval.draft_tags:
+        for k in cfg.eval.draft_ks:
+            folder = paths.draft_dir(cfg, k, tag)
+            args = f" k={paths.format_k(k)}" + (f" stage.tag={tag}" if tag else "")
+            meta = require_artefact(folder, "draft", "evaluate", cfg, args)
+            if meta["upstream"].get("target") != target_meta["weights"]:
+                raise UserError(
+                    f"the draft {paths.final(folder)} was distilled from another target than "
+                    f'{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS="{args.strip()} '
+                    f'overwrite=true"` (and stage2 first if the reference is stale too)'
+                )
+            drafts.append((float(k), tag, paths.final(folder)))
     if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu" and not can_load_8bit():
-        load_draft_8bit(
-            paths.final(paths.draft_dir(cfg, cfg.eval.draft_ks[0]))
-        )  # raises, naming what is missing
+        load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
 
 
@@ -241,7 +252,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
 
     drafts: list[Draft] = []
     draft_info: dict[str, dict[str, Any]] = {}
-    for k, path in draft_paths.items():
+    for k, tag, path in draft_paths:
         model = load_model(path, attn).to(device).eval()
         variants = [("none", model)]
         if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
@@ -252,11 +263,12 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
             )
             variants.append(("int8", int8))
         for quant, variant in variants:
-            name = draft_name(k, quant)
+            name = draft_name(k, quant, tag)
             drafts.append(Draft(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
             draft_info[name] = {
-                "label": draft_label(k, quant),
+                "label": draft_label(k, quant, tag),
                 "k": k,
+                "tag": tag,
                 "draft_quant": quant,
                 "path": str(path),
                 "parameters": n_params(model),
@@ -286,7 +298,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     results["versions"] = versions()
 
-    folder = paths.eval_dir(cfg) / results["setting"]
+    folder = results_dir(cfg)
     images = {
         "reject_rate_curve": plot_rejection_curves(results, folder / REJECTION_PNG),
         "alpha_vs_gamma": plot_alpha_vs_gamma(results, folder / ALPHA_VS_GAMMA_PNG),

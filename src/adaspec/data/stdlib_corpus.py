@@ -1,0 +1,74 @@
+"""Stage 0's code corpus: the Python standard library's own source files, which every machine has.
+
+Files under the stdlib folder (without tests, IDLE, lib2to3 and site-packages), in a seeded shuffle
+of their sorted paths, cut into blocks of whole lines of about `block_chars` characters, until
+`max_chars` are taken. The same Python version and settings give the same corpus; `corpus_identity`
+names it in the artefact's metrics, since another Python version has other files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import random
+import sysconfig
+from pathlib import Path
+
+SKIPPED = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "turtledemo",
+    "__pycache__",
+}
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    root = root or Path(sysconfig.get_paths()["stdlib"])
+    files = [p for p in root.rglob("*.py") if not SKIPPED & set(p.relative_to(root).parts)]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def line_blocks(text: str, block_chars: int) -> list[str]:
+    """Consecutive whole lines of at most about `block_chars` characters; blank-only blocks dropped."""
+    blocks, current, size = [], [], 0
+    for line in text.splitlines(keepends=True):
+        if size + len(line) > block_chars and current:
+            blocks.append("".join(current))
+            current, size = [], 0
+        current.append(line)
+        size += len(line)
+    if current:
+        blocks.append("".join(current))
+    return [b for b in blocks if b.strip()]
+
+
+def stdlib_blocks(max_chars: int, block_chars: int, seed: int = 0, root: Path | None = None) -> list[str]:
+    files = stdlib_files(root)
+    random.Random(seed).shuffle(files)
+    blocks: list[str] = []
+    taken = 0
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for block in line_blocks(text, block_chars):
+            blocks.append(block)
+            taken += len(block)
+            if taken >= max_chars:
+                return blocks
+    return blocks
+
+
+def corpus_identity(blocks: list[str]) -> dict[str, str | int]:
+    digest = hashlib.sha256("\0".join(blocks).encode()).hexdigest()[:16]
+    return {
+        "corpus_sha": digest,
+        "blocks": len(blocks),
+        "chars": sum(map(len, blocks)),
+        "python": platform.python_version(),
+    }

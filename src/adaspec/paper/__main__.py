@@ -1,0 +1,136 @@
+"""`make paper` = `python -m adaspec.paper`: run the AdaSPEC vs DistillSpec comparison, then collect it.
+
+    python -m adaspec.paper [--tasks gsm8k mbpp] [--seeds 0 1 2] [--no-sweeps] [--collect-only] [--dry-run]
+                            [--results experiments/results] [hydra overrides for every step ...]
+
+Resumable: rerun the same command after an interruption and it continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from adaspec.errors import UserError, reported_as_one_line
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from adaspec.paper.plan import TASKS
+
+    parser = argparse.ArgumentParser(prog="python -m adaspec.paper", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument(
+        "--no-sweeps", dest="sweeps", action="store_false", help="skip the k and gamma sweeps"
+    )
+    parser.add_argument("--collect-only", action="store_true", help="only collect finished evaluations")
+    parser.add_argument("--dry-run", action="store_true", help="print the steps as standalone commands and stop")
+    parser.add_argument("--results", type=Path, default=Path("experiments/results"))
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides applied to every step, e.g. paths.root=/scratch"
+    )
+    return parser.parse_args(argv)
+
+
+def _results_of(step, extra: list[str]) -> Path:
+    from adaspec.evaluation.run import results_dir
+    from adaspec.paper.runner import compose_step
+
+    return results_dir(compose_step(step, extra)) / "results.json"
+
+
+def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) -> dict[str, Any]:
+    """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns summary.json."""
+    from adaspec.paper.aggregate import copy_results, summarise_task, write_summary
+    from adaspec.paper.plan import Step, sweep_steps
+    from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
+
+    summary: dict[str, Any] = {}
+    images: list[Path] = []
+    for task in tasks:
+        per_seed = {}
+        for seed in seeds:
+            source = _results_of(Step("eval", (f"paper={task.name}", f"seed={seed}")), extra)
+            if source.is_file():
+                per_seed[seed] = copy_results(source, out / task.name / f"seed{seed}" / "main.json")
+        if per_seed:
+            summary[task.name] = summarise_task(task, per_seed)
+        if not sweeps:
+            continue
+        fixed, adaptive, k_sweep = {}, None, None
+        for step in (s for s in sweep_steps(task, seeds[0]) if s.kind == "eval"):
+            source = _results_of(step, extra)
+            if not source.is_file():
+                continue
+            results = copy_results(source, out / task.name / f"seed{seeds[0]}" / f"{source.parent.name}.json")
+            if source.parent.name.endswith("ksweep"):
+                k_sweep = results
+            elif results["decode"]["policy"] == "adaptive":
+                adaptive = results
+            else:
+                fixed[int(results["decode"]["gamma"])] = results
+        if k_sweep:
+            images.append(plot_k_sweep(task.name, k_sweep, out / f"{task.name}_k_sweep.png"))
+        if fixed:
+            images.append(plot_gamma_sweep(task.name, fixed, adaptive, out / f"{task.name}_gamma_sweep.png"))
+    if not summary:
+        raise UserError(
+            "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
+        )
+    write_summary(out, summary)
+    print((out / "summary.md").read_text())
+    print(f"[paper] wrote {out / 'summary.json'}, {out / 'summary.md'} and {len(images)} plots")
+    return summary
+
+
+def wall_times(root: Path, out: Path) -> dict[str, float]:
+    """Seconds spent on the steps that ran, per task, from the run's log (copied next to the results)."""
+    log = root / "paper_log.jsonl"
+    if not log.is_file():
+        return {}
+    totals: dict[str, float] = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["ran"]:
+            task = next(
+                a.split("=")[1].removesuffix("_matched")
+                for a in entry["step"].split()
+                if a.startswith("paper=")
+            )
+            totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
+    (out / "paper_log.jsonl").write_text(log.read_text())
+    (out / "wall_times.json").write_text(json.dumps(totals, indent=2) + "\n")
+    return totals
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    with reported_as_one_line():
+        if not Path("experiments/paper").is_dir():
+            raise UserError(
+                "run from the repository root: experiments/paper/ holds the configs the steps compose"
+            )
+        from adaspec.paper.plan import TASKS, paper_plan
+        from adaspec.paper.runner import compose_step, run_plan
+
+        tasks = [TASKS[name] for name in args.tasks]
+        if args.dry_run:
+            print("\n".join(step.command() + "".join(f" {o}" for o in args.overrides) for step in
+                            paper_plan(tasks, args.seeds, args.sweeps)))
+            return
+        if not args.collect_only:
+            run_plan(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
+        collect(tasks, args.seeds, args.overrides, args.results, args.sweeps)
+        from adaspec.paper.plan import Step
+
+        root = Path(compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides).paths.root)
+        print(f"[paper] wall time of the steps that ran, per task (s): {wall_times(root, args.results)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Collect the evaluations of a paper run into experiments/results/: per-seed JSON, summary.json
+(mean, std and 95 % interval per draft and of each AdaSPEC - DistillSpec difference) and summary.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from adaspec.paper.plan import TaskPlan
+from adaspec.paper.stats import describe, paired_difference
+
+METRICS = ("alpha", "accept_rate", "tau", "speedup_vs_target")
+
+
+def comparisons(task: TaskPlan) -> list[tuple[str, str, str]]:
+    """(name, AdaSPEC row, DistillSpec row) of each paired comparison reported for the task."""
+    out = []
+    for k in (k for k in task.draft_ks if k != 1.0):
+        out.append((f"(a) equal budget, k={k:g}", f"k{k:g}", "k1"))
+        out.append((f"(b) vs (c) same forward passes, k={k:g}", f"k{k:g}-matched", "k1-matched"))
+    ada = f"k{task.draft_ks[0]:g}"
+    out.append(
+        (f"(b) vs (a) DistillSpec: the official budgets, k={task.draft_ks[0]:g}", f"{ada}-matched", "k1")
+    )
+    return out
+
+
+def _fmt(d: dict[str, Any]) -> str:
+    return f"{d['mean']:.3f} ± {d['std']:.3f}"
+
+
+def _verdict(ci: list[float] | None) -> str:
+    if ci is None:
+        return "one seed: no interval"
+    if ci[0] > 0:
+        return "AdaSPEC higher"
+    if ci[1] < 0:
+        return "DistillSpec higher"
+    return "no resolved difference"
+
+
+def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    seeds = sorted(per_seed)
+    first = per_seed[seeds[0]]
+    rows = list(first["drafts"])
+    drafts = {
+        row: {
+            "label": first["drafts"][row]["label"],
+            **{m: describe([per_seed[s]["drafts"][row][m] for s in seeds]) for m in METRICS},
+        }
+        for row in rows
+    }
+    metric = first["metric"]
+    summary: dict[str, Any] = {
+        "seeds": seeds,
+        "n_prompts": first["n_prompts"],
+        "setting": first["setting"],
+        "score_metric": metric,
+        "target": {
+            metric: describe([per_seed[s]["target"][metric] for s in seeds]),
+            "parameters": first["target"]["parameters"],
+        },
+        "draft_score": {row: describe([per_seed[s]["drafts"][row][metric] for s in seeds]) for row in rows},
+        "drafts": drafts,
+        "comparisons": [],
+    }
+    for name, ada, ds in comparisons(task):
+        if ada not in drafts or ds not in drafts:
+            continue
+        diffs = {
+            m: paired_difference(
+                [per_seed[s]["drafts"][ada][m] for s in seeds], [per_seed[s]["drafts"][ds][m] for s in seeds]
+            )
+            for m in METRICS
+        }
+        summary["comparisons"].append({"name": name, "adaspec": ada, "distillspec": ds, "difference": diffs})
+    return summary
+
+
+def markdown(summary: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| task | draft | alpha | accept_rate | tau | speed-up vs target | target score |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, s in summary.items():
+        score = f"{s['score_metric']} {_fmt(s['target'][s['score_metric']])}"
+        for d in s["drafts"].values():
+            lines.append(
+                f"| {task} | {d['label']} | " + " | ".join(_fmt(d[m]) for m in METRICS) + f" | {score} |"
+            )
+    lines += [
+        "",
+        "AdaSPEC − DistillSpec, paired by seed (mean ± std, [95 % interval]):",
+        "",
+        "| task | comparison | alpha | accept_rate | tau | speed-up | verdict on accept_rate |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, s in summary.items():
+        for c in s["comparisons"]:
+            cells = []
+            for m in METRICS:
+                d = c["difference"][m]
+                ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
+                cells.append(f"{d['mean']:+.3f} ± {d['std']:.3f}{ci}")
+            verdict = _verdict(c["difference"]["accept_rate"]["ci95"])
+            lines.append(f"| {task} | {c['name']} | " + " | ".join(cells) + f" | {verdict} |")
+    seeds = {task: s["seeds"] for task, s in summary.items()}
+    lines += [
+        "",
+        f"Seeds: {seeds}; prompts per evaluation: "
+        + ", ".join(f"{t} {s['n_prompts']}" for t, s in summary.items())
+        + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def copy_results(source: Path, destination: Path) -> dict[str, Any]:
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    return json.loads(source.read_text())
+
+
+def write_summary(out: Path, summary: dict[str, dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(summary))

@@ -1,0 +1,83 @@
+"""What `make paper` runs, in order: a list of steps, each a stage, the teacher cache or an evaluation
+with the Hydra overrides that compose its config from `experiments/paper/<task>*.yaml`.
+
+Per task: stage 1 once (target_seed 0, shared by all seeds) and its teacher cache; per seed the
+reference, the equal-budget drafts (arm a), the budget-matched drafts (arms b and c) and one timed
+evaluation of all of them. Then, on the first seed, the k sweep and the gamma sweep, which reuse that
+seed's target and reference. Main results of every task come before any sweep, so a run cut short
+still has the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+K_SWEEP = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
+GAMMA_SWEEP = (1, 2, 3, 5, 8)
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # pretrain | train | cache | eval
+    overrides: tuple[str, ...]
+
+    def command(self) -> str:
+        """The same step as a standalone command."""
+        module = {"train": "train", "pretrain": "train", "cache": "cache", "eval": "evaluate"}[self.kind]
+        return f"python -m adaspec.{module} " + " ".join(self.overrides)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    name: str  # experiments/paper/<name>.yaml and <name>_matched.yaml
+    draft_ks: tuple[float, ...]  # the arm-(a) and arm-(b/c) drafts: the AdaSPEC k(s) and 1.0
+    pretrain: bool = False  # stage 0 on the standard library's source (MBPP)
+
+
+def _k(k: float) -> str:
+    return f"k={k:g}"
+
+
+def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
+    base, matched = f"paper={task.name}", f"paper={task.name}_matched"
+    steps: list[Step] = []
+    if task.pretrain:
+        steps.append(Step("pretrain", (base, "stage=pretrain_target")))
+    steps += [Step("train", (base, "stage=target")), Step("cache", (base,))]
+    for seed in seeds:
+        s = f"seed={seed}"
+        if task.pretrain:
+            steps.append(Step("pretrain", (base, "stage=pretrain_draft", s)))
+        steps.append(Step("train", (base, "stage=ref", s)))
+        steps += [Step("train", (base, "stage=draft", s, _k(k))) for k in task.draft_ks]
+        steps += [Step("train", (matched, "stage=draft", s, _k(k))) for k in task.draft_ks]
+        steps.append(Step("eval", (base, s)))
+    return steps
+
+
+def sweep_steps(task: TaskPlan, seed: int) -> list[Step]:
+    base, s = f"paper={task.name}", f"seed={seed}"
+    ks = ",".join(f"{k:g}" for k in K_SWEEP)
+    ada_k = task.draft_ks[0]
+    steps = [Step("train", (base, "stage=draft", s, _k(k))) for k in K_SWEEP]
+    steps.append(Step("eval", (base, s, f"eval.draft_ks=[{ks}]", "eval.draft_tags=['']", "eval.name=ksweep")))
+    pair = f"eval.draft_ks=[{ada_k:g},1.0]"
+    for gamma in GAMMA_SWEEP:
+        steps.append(
+            Step("eval", (base, s, pair, "eval.draft_tags=['']", f"gamma={gamma}", "eval.name=gsweep"))
+        )
+    steps.append(Step("eval", (base, s, pair, "eval.draft_tags=['']", "decode=adaptive", "eval.name=gsweep")))
+    return steps
+
+
+def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> list[Step]:
+    steps = [step for task in tasks for step in main_steps(task, seeds)]
+    if sweeps:
+        steps += [step for task in tasks for step in sweep_steps(task, seeds[0])]
+    return steps
+
+
+TASKS = {
+    "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0)),
+    "mbpp": TaskPlan("mbpp", draft_ks=(0.33, 0.4, 1.0), pretrain=True),
+}

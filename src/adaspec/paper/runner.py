@@ -1,0 +1,94 @@
+"""Execute a plan's steps in one process, skipping every step whose result already exists.
+
+Stages skip themselves when their finished artefact has the same config (`adaspec.pipeline.run_stage`);
+a stage interrupted mid-training is resumed from its last checkpoint; the teacher cache checks its
+identity; an evaluation is skipped when its results.json exists. So rerunning `make paper` after a
+crash continues where it stopped. Every step's wall time goes to `<paths.root>/paper_log.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import adaspec.config  # noqa: F401  (registers the config schemas)
+from adaspec import paths
+from adaspec.errors import UserError
+from adaspec.paper.plan import Step
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
+LOG = "paper_log.jsonl"
+
+
+def compose_step(step: Step, extra: list[str]) -> DictConfig:
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*step.overrides, *extra])
+
+
+def _interrupted(cfg: DictConfig) -> bool:
+    from adaspec.trainer import CHECKPOINTS, LAST_CHECKPOINT
+
+    folder = paths.stage_dir(cfg)
+    return (folder / CHECKPOINTS / LAST_CHECKPOINT).exists() and not (
+        paths.final(folder) / "meta.json"
+    ).is_file()
+
+
+def execute(step: Step, cfg: DictConfig) -> bool:
+    """Run one step; False when its result already existed."""
+    if step.kind in ("train", "pretrain"):
+        from adaspec.pipeline import run_stage
+
+        if _interrupted(cfg):
+            cfg.resume = True
+        elif (paths.final(paths.stage_dir(cfg)) / "meta.json").is_file():
+            run_stage(cfg)  # checks the fingerprint: skips when up to date, refuses another config
+            return False
+        run_stage(cfg)
+        return True
+    if step.kind == "cache":
+        from adaspec.cache import build_cache
+
+        existed = paths.teacher_cache_dir(cfg).exists()
+        build_cache(cfg)  # checks the cache's identity when it exists
+        return not existed
+    if step.kind == "eval":
+        from adaspec.evaluation.run import results_dir, run_evaluation
+
+        if (results_dir(cfg) / "results.json").is_file():
+            return False
+        run_evaluation(cfg, progress=False)
+        return True
+    raise ValueError(f"unknown step kind {step.kind!r}")
+
+
+def run_plan(steps: list[Step], extra: list[str]) -> None:
+    started = time.perf_counter()
+    for i, step in enumerate(steps, 1):
+        cfg = compose_step(step, extra)
+        label = f"[paper] step {i}/{len(steps)} ({time.perf_counter() - started:.0f}s): {step.command()}"
+        print(label, flush=True)
+        t0 = time.perf_counter()
+        try:
+            ran = execute(step, cfg)
+        except UserError as err:
+            raise UserError(
+                f"{err}\n  in {label}\n  rerun it alone with: {step.command()} {' '.join(extra)}"
+            ) from err
+        seconds = time.perf_counter() - t0
+        root = Path(cfg.paths.root)
+        root.mkdir(parents=True, exist_ok=True)
+        with open(root / LOG, "a") as log:
+            entry = {
+                "step": step.command(),
+                "extra": extra,
+                "ran": ran,
+                "seconds": round(seconds, 1),
+                "time": time.time(),
+            }
+            log.write(json.dumps(entry) + "\n")
+        print(f"[paper] {'done' if ran else 'up to date'} in {seconds:.0f}s", flush=True)
