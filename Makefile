@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install demo stage1 stage2 stage3 cache eval diagnose sweep bench gpu-check test test-slow lint clean-outputs
+.PHONY: install demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ sweep: install
 	$(TRAIN) stage=target $(ARGS)
 	$(TRAIN) stage=ref $(ARGS)
 	$(TRAIN) -m stage=draft k=0.2,0.4,0.6,1.0 $(ARGS)
+
+# The paper comparison, AdaSPEC vs DistillSpec on GSM8K and MBPP with k and gamma sweeps (experiments/README.md).
+# Resumable: rerun it after an interruption. Options go in ARGS, e.g. ARGS="--seeds 0 1 2 3 --no-sweeps".
+paper: install
+	$(PY) -m adaspec.paper $(ARGS)
 
 # The practice note's troubleshooting guide, run against the trained artefacts and evaluation results.
 diagnose: install

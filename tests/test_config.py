@@ -23,14 +23,19 @@ def test_every_group_combination_composes():
     groups = ["task", "model", "stage", "distill", "decode", "trainer", "logger"]
     combos = 0
     for task, model, stage, distill in itertools.product(*(group_options(g) for g in groups[:4])):
-        cfg = compose_config(f"task={task}", f"model={model}", f"stage={stage}", f"distill={distill}")
+        overrides = [f"task={task}", f"model={model}", f"stage={stage}", f"distill={distill}"]
+        if stage.startswith("pretrain"):  # stage 0: from-scratch presets with a corpus only
+            if model in ("pythia", "codegen_phi2"):
+                continue
+            overrides.append("pretrain=stdlib")
+        cfg = compose_config(*overrides)
         validate(cfg)
         OmegaConf.to_container(cfg, resolve=True)
         combos += 1
-    for group in groups[4:]:
+    for group in [*groups[4:], "pretrain"]:
         for option in group_options(group):
             validate(compose_config(f"{group}={option}"))
-    assert combos >= 1 * 2 * 3 * 2
+    assert combos >= 3 * 4 * 3 * 2 + 3 * 2 * 2 * 2
 
 
 def test_top_level_k_and_gamma_reach_the_groups():

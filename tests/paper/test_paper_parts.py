@@ -1,0 +1,89 @@
+"""The paper run's parts: the plan's order, the seed statistics, the matched token budget, stage 0's corpus."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from adaspec.config import validate
+from adaspec.data.stdlib_corpus import SKIPPED, stdlib_blocks, stdlib_files
+from adaspec.distill.budget import apply_token_budget
+from adaspec.errors import UserError
+from adaspec.paper.plan import TASKS, paper_plan
+from adaspec.paper.stats import describe, paired_difference
+from tests.conftest import compose_config
+
+
+def test_plan_trains_each_target_once_and_puts_every_sweep_after_the_main_results():
+    steps = [s.command() for s in paper_plan([TASKS["gsm8k"], TASKS["mbpp"]], [0, 1, 2])]
+    assert steps.count("python -m adaspec.train paper=gsm8k stage=target") == 1
+    assert steps.count("python -m adaspec.train paper=mbpp stage=pretrain_target") == 1
+    for seed in (0, 1, 2):
+        assert f"python -m adaspec.evaluate paper=gsm8k seed={seed}" in steps
+        assert f"python -m adaspec.train paper=mbpp stage=pretrain_draft seed={seed}" in steps
+        assert f"python -m adaspec.train paper=gsm8k_matched stage=draft seed={seed} k=1" in steps
+    last_main = max(i for i, s in enumerate(steps) if s.startswith("python -m adaspec.evaluate paper=mbpp seed=2"))
+    first_sweep = min(i for i, s in enumerate(steps) if "eval.name=" in s or "k=0.1" in s)
+    assert last_main < first_sweep
+    # every stage comes after the stages it needs
+    assert steps.index("python -m adaspec.train paper=mbpp stage=pretrain_draft seed=1") < steps.index(
+        "python -m adaspec.train paper=mbpp stage=ref seed=1"
+    )
+
+
+def test_describe_gives_the_t_interval_of_the_mean():
+    d = describe([1.0, 2.0, 3.0])
+    assert d["mean"] == 2.0 and d["std"] == 1.0 and d["n"] == 3
+    half = 4.303 / math.sqrt(3)
+    assert d["ci95"] == pytest.approx([2.0 - half, 2.0 + half])
+    assert describe([0.5])["ci95"] is None
+
+
+def test_paired_difference_pairs_by_seed():
+    d = paired_difference([0.30, 0.35, 0.32], [0.28, 0.30, 0.33])
+    assert d["values"] == pytest.approx([0.02, 0.05, -0.01])
+    assert d["ci95"][0] < 0 < d["ci95"][1]  # the spread between seeds hides this gain
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_matched_token_budget_keeps_the_steps_and_divides_the_batch_by_k():
+    cfg = compose_config("stage=draft", "k=0.4", "stage.batch_size=8", "stage.max_epochs=2",
+                         "distill.match_token_budget=true")
+    resolved = apply_token_budget(cfg, n_train=100)
+    assert resolved.stage.batch_size == 20 and resolved.stage.max_steps == 13 * 2  # the reference's steps
+    assert resolved.stage.max_epochs == 6  # 26 steps of 5 batches: 2 / 0.4 = 5 epochs and a bit
+    assert cfg.stage.batch_size == 8  # the input is not changed
+    assert apply_token_budget(resolved, n_train=100) == resolved  # resolved once: not divided again
+    distillspec = apply_token_budget(compose_config(
+        "stage=draft", "k=1.0", "stage.batch_size=8", "distill.match_token_budget=true", "distill.budget_k=0.4"), 100)
+    assert distillspec.stage.batch_size == 20  # arm (c): DistillSpec with AdaSPEC k=0.4's batches and steps
+    assert apply_token_budget(compose_config("stage=ref", "distill.match_token_budget=true"), 100).stage.batch_size == 32
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (("stage=pretrain_target",), "needs a corpus: add pretrain=stdlib"),
+        (("pretrain=stdlib", "model=pythia"), "from-scratch presets"),
+        (("pretrain=stdlib", "pretrain.max_chars=0"), "`pretrain.max_chars`"),
+        (("distill.budget_k=1.5",), "`distill.budget_k`"),
+        (("eval.draft_tags=[]",), "`eval.draft_tags`"),
+    ],
+)
+def test_bad_paper_settings_name_the_key(overrides, message):
+    with pytest.raises(UserError, match=message):
+        validate(compose_config(*overrides))
+
+
+def test_stdlib_corpus_is_deterministic_whole_lines_and_without_tests():
+    blocks = stdlib_blocks(max_chars=50_000, block_chars=800, seed=0)
+    assert blocks == stdlib_blocks(max_chars=50_000, block_chars=800, seed=0)
+    assert blocks != stdlib_blocks(max_chars=50_000, block_chars=800, seed=1)
+    total = sum(map(len, blocks))
+    assert total >= 50_000 and total - len(blocks[-1]) < 50_000
+    assert all(b.endswith("\n") or b is blocks[-1] for b in blocks)  # cut between lines
+    assert max(map(len, blocks)) < 800 + 200  # a block overshoots by at most one line
+    files = stdlib_files()
+    assert len(files) > 100 and not any(SKIPPED & set(p.parts) for p in files)
