@@ -12,7 +12,9 @@ import pytest
 
 from tests.conftest import REPO, SHARED_DATA, TINY
 
-pytestmark = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data (GSM8K and MBPP files)")
+pytestmark = pytest.mark.skipif(
+    not SHARED_DATA.is_dir(), reason="needs ../shared/data (GSM8K and MBPP files)"
+)
 
 # TINY without its arith-only keys, plus the paper run's data, pretraining corpus and evaluation cut down
 PAPER_TINY = [o for o in TINY if not o.startswith(("task.arith", "stage.checkpoint", "stage.monitor"))] + [
@@ -26,8 +28,19 @@ PAPER_TINY = [o for o in TINY if not o.startswith(("task.arith", "stage.checkpoi
 
 
 def run_paper(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "adaspec.paper", "--seeds", "0", "1", "--results", str(tmp_path / "results"),
-               *args, f"paths.root={tmp_path / 'out'}", *PAPER_TINY]
+    command = [
+        sys.executable,
+        "-m",
+        "adaspec.paper",
+        "--seeds",
+        "0",
+        "1",
+        "--results",
+        str(tmp_path / "results"),
+        *args,
+        f"paths.root={tmp_path / 'out'}",
+        *PAPER_TINY,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
 
@@ -42,17 +55,24 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     assert gsm8k["seeds"] == [0, 1] and set(gsm8k["drafts"]) == {"k0.4", "k1", "k0.4-matched", "k1-matched"}
     assert set(mbpp["drafts"]) == {f"k{k}{t}" for k in ("0.33", "0.4", "1") for t in ("", "-matched")}
     names = [c["name"] for c in gsm8k["comparisons"]]
-    assert names == ["(a) equal budget, k=0.4", "(b) vs (c) same forward passes, k=0.4",
-                     "(b) vs (a) DistillSpec: the official budgets, k=0.4"]
+    assert names == [
+        "(a) equal budget, k=0.4",
+        "(b) vs (c) same forward passes, k=0.4",
+        "(b) vs (a) DistillSpec: the official budgets, k=0.4",
+    ]
     diff = gsm8k["comparisons"][0]["difference"]["accept_rate"]
-    seed_values = [json.loads((results / "gsm8k" / f"seed{s}" / "main.json").read_text())["drafts"] for s in (0, 1)]
+    seed_values = [
+        json.loads((results / "gsm8k" / f"seed{s}" / "main.json").read_text())["drafts"] for s in (0, 1)
+    ]
     expected = [d["k0.4"]["accept_rate"] - d["k1"]["accept_rate"] for d in seed_values]
     assert diff["values"] == pytest.approx(expected) and len(diff["ci95"]) == 2
     assert "mbpp/pass@1" in mbpp["target"]
     for task in ("gsm8k", "mbpp"):
         assert (results / f"{task}_k_sweep.png").stat().st_size > 0
         assert (results / f"{task}_gamma_sweep.png").stat().st_size > 0
-        assert len(list((results / task / "seed0").glob("greedy-*gsweep.json"))) == 6  # gamma 1,2,3,5,8 + adaptive
+        assert (
+            len(list((results / task / "seed0").glob("greedy-*gsweep.json"))) == 6
+        )  # gamma 1,2,3,5,8 + adaptive
     assert "| gsm8k | AdaSPEC k=0.4 (matched) |" in (results / "summary.md").read_text()
 
     out = tmp_path / "out"
@@ -71,3 +91,8 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     assert all("stage=draft seed=0 k=" in step for step in first_run_skipped)
     assert not any(entry["ran"] for entry in log[steps:])
     assert json.loads((results / "wall_times.json").read_text()).keys() == {"gsm8k", "mbpp"}
+
+    logged = run_paper(tmp_path, "--collect-only", "logger=wandb")  # W&B offline (tests/conftest.py)
+    assert logged.returncode == 0, logged.stderr[-3000:]
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))

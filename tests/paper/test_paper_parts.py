@@ -23,7 +23,9 @@ def test_plan_trains_each_target_once_and_puts_every_sweep_after_the_main_result
         assert f"python -m adaspec.evaluate paper=gsm8k seed={seed}" in steps
         assert f"python -m adaspec.train paper=mbpp stage=pretrain_draft seed={seed}" in steps
         assert f"python -m adaspec.train paper=gsm8k_matched stage=draft seed={seed} k=1" in steps
-    last_main = max(i for i, s in enumerate(steps) if s.startswith("python -m adaspec.evaluate paper=mbpp seed=2"))
+    last_main = max(
+        i for i, s in enumerate(steps) if s.startswith("python -m adaspec.evaluate paper=mbpp seed=2")
+    )
     first_sweep = min(i for i, s in enumerate(steps) if "eval.name=" in s or "k=0.1" in s)
     assert last_main < first_sweep
     # every stage comes after the stages it needs
@@ -49,17 +51,31 @@ def test_paired_difference_pairs_by_seed():
 
 
 def test_matched_token_budget_keeps_the_steps_and_divides_the_batch_by_k():
-    cfg = compose_config("stage=draft", "k=0.4", "stage.batch_size=8", "stage.max_epochs=2",
-                         "distill.match_token_budget=true")
+    cfg = compose_config(
+        "stage=draft", "k=0.4", "stage.batch_size=8", "stage.max_epochs=2", "distill.match_token_budget=true"
+    )
     resolved = apply_token_budget(cfg, n_train=100)
     assert resolved.stage.batch_size == 20 and resolved.stage.max_steps == 13 * 2  # the reference's steps
     assert resolved.stage.max_epochs == 6  # 26 steps of 5 batches: 2 / 0.4 = 5 epochs and a bit
     assert cfg.stage.batch_size == 8  # the input is not changed
     assert apply_token_budget(resolved, n_train=100) == resolved  # resolved once: not divided again
-    distillspec = apply_token_budget(compose_config(
-        "stage=draft", "k=1.0", "stage.batch_size=8", "distill.match_token_budget=true", "distill.budget_k=0.4"), 100)
+    distillspec = apply_token_budget(
+        compose_config(
+            "stage=draft",
+            "k=1.0",
+            "stage.batch_size=8",
+            "distill.match_token_budget=true",
+            "distill.budget_k=0.4",
+        ),
+        100,
+    )
     assert distillspec.stage.batch_size == 20  # arm (c): DistillSpec with AdaSPEC k=0.4's batches and steps
-    assert apply_token_budget(compose_config("stage=ref", "distill.match_token_budget=true"), 100).stage.batch_size == 32
+    assert (
+        apply_token_budget(
+            compose_config("stage=ref", "distill.match_token_budget=true"), 100
+        ).stage.batch_size
+        == 32
+    )
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-sweeps", dest="sweeps", action="store_false", help="skip the k and gamma sweeps"
     )
     parser.add_argument("--collect-only", action="store_true", help="only collect finished evaluations")
-    parser.add_argument("--dry-run", action="store_true", help="print the steps as standalone commands and stop")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the steps as standalone commands and stop"
+    )
     parser.add_argument("--results", type=Path, default=Path("experiments/results"))
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides applied to every step, e.g. paths.root=/scratch"
@@ -83,6 +85,10 @@ def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) 
             "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
         )
     write_summary(out, summary)
+    from adaspec.paper.runner import compose_step
+    from adaspec.paper.wandb_log import log_paper
+
+    log_paper(compose_step(Step("eval", (f"paper={tasks[0].name}",)), extra), summary, images)
     print((out / "summary.md").read_text())
     print(f"[paper] wrote {out / 'summary.json'}, {out / 'summary.md'} and {len(images)} plots")
     return summary
@@ -120,8 +126,12 @@ def main(argv: list[str] | None = None) -> None:
 
         tasks = [TASKS[name] for name in args.tasks]
         if args.dry_run:
-            print("\n".join(step.command() + "".join(f" {o}" for o in args.overrides) for step in
-                            paper_plan(tasks, args.seeds, args.sweeps)))
+            print(
+                "\n".join(
+                    step.command() + "".join(f" {o}" for o in args.overrides)
+                    for step in paper_plan(tasks, args.seeds, args.sweeps)
+                )
+            )
             return
         if not args.collect_only:
             run_plan(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
