@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 K_SWEEP = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
 GAMMA_SWEEP = (1, 2, 3, 5, 8)
+SWEEP_PROMPTS = "eval.n_prompts=20"  # the sweeps' 7 evaluations per task on fewer prompts than the main one
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,11 @@ def sweep_steps(task: TaskPlan, seed: int) -> list[Step]:
     ks = ",".join(f"{k:g}" for k in K_SWEEP)
     ada_k = task.draft_ks[0]
     steps = [Step("train", (base, "stage=draft", s, _k(k))) for k in K_SWEEP]
-    steps.append(Step("eval", (base, s, f"eval.draft_ks=[{ks}]", "eval.draft_tags=['']", "eval.name=ksweep")))
+    only = (s, "eval.draft_tags=['']", SWEEP_PROMPTS)
+    steps.append(Step("eval", (base, *only, f"eval.draft_ks=[{ks}]", "eval.name=ksweep")))
     pair = f"eval.draft_ks=[{ada_k:g},1.0]"
-    for gamma in GAMMA_SWEEP:
-        steps.append(
-            Step("eval", (base, s, pair, "eval.draft_tags=['']", f"gamma={gamma}", "eval.name=gsweep"))
-        )
-    steps.append(Step("eval", (base, s, pair, "eval.draft_tags=['']", "decode=adaptive", "eval.name=gsweep")))
+    steps += [Step("eval", (base, *only, pair, f"gamma={g}", "eval.name=gsweep")) for g in GAMMA_SWEEP]
+    steps.append(Step("eval", (base, *only, pair, "decode=adaptive", "eval.name=gsweep")))
     return steps
 
 
