@@ -224,6 +224,8 @@ class EvalConfig:
     # stage.tag of the evaluated drafts; every k is evaluated with every tag ("": untagged), e.g.
     # ["", "matched"] also evaluates draft-k<k>-matched (stage.tag=matched)
     draft_tags: list[str] = field(default_factory=lambda: [""])
+    # tag -> its own ks instead of draft_ks, e.g. {matched: [0.33, 1.0]} (a tag whose arm trained fewer ks)
+    tag_ks: dict[str, list[float]] = field(default_factory=dict)
     name: str = ""  # suffix of the results folder, e.g. eval/greedy-g5-ksweep, to keep evaluations apart
     compare_hf_assisted: bool = True
     # Acceptance against gamma (fixed gamma). Greedy decoding replays the target's output against the

@@ -88,12 +88,12 @@ def results_dir(cfg: DictConfig) -> Path:
 
 
 def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]]]:
-    """The target's `final/` folder and (k, tag, `final/`) of each draft of eval.draft_ks x eval.draft_tags;
-    a UserError naming the make command if one is missing."""
+    """The target's `final/` folder and (k, tag, `final/`) of each draft of eval.draft_ks x eval.draft_tags
+    (eval.tag_ks: a tag's own ks); a UserError naming the make command if one is missing."""
     target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
     drafts: list[tuple[float, str, Path]] = []
     for tag in cfg.eval.draft_tags:
-        for k in cfg.eval.draft_ks:
+        for k in cfg.eval.tag_ks.get(tag, cfg.eval.draft_ks):
             folder = paths.draft_dir(cfg, k, tag)
             args = f" k={paths.format_k(k)}" + (f" stage.tag={tag}" if tag else "")
             meta = require_artefact(folder, "draft", "evaluate", cfg, args)

@@ -31,8 +31,10 @@ class Step:
 @dataclass(frozen=True)
 class TaskPlan:
     name: str  # experiments/paper/<name>.yaml and <name>_matched.yaml
-    draft_ks: tuple[float, ...]  # the arm-(a) and arm-(b/c) drafts: the AdaSPEC k(s) and 1.0
+    draft_ks: tuple[float, ...]  # the arm-(a) drafts: the AdaSPEC k(s) and 1.0
+    matched_ks: tuple[float, ...]  # the arm-(b/c) drafts
     pretrain: bool = False  # stage 0 on the standard library's source (MBPP)
+    target_config: str = ""  # experiments/paper/<target_config>.yaml for stage 1; "": <name>.yaml
 
 
 def _k(k: float) -> str:
@@ -44,14 +46,15 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
     steps: list[Step] = []
     if task.pretrain:
         steps.append(Step("pretrain", (base, "stage=pretrain_target")))
-    steps += [Step("train", (base, "stage=target")), Step("cache", (base,))]
+    target = f"paper={task.target_config or task.name}"
+    steps += [Step("train", (target, "stage=target")), Step("cache", (base,))]
     for seed in seeds:
         s = f"seed={seed}"
         if task.pretrain:
             steps.append(Step("pretrain", (base, "stage=pretrain_draft", s)))
         steps.append(Step("train", (base, "stage=ref", s)))
         steps += [Step("train", (base, "stage=draft", s, _k(k))) for k in task.draft_ks]
-        steps += [Step("train", (matched, "stage=draft", s, _k(k))) for k in task.draft_ks]
+        steps += [Step("train", (matched, "stage=draft", s, _k(k))) for k in task.matched_ks]
         steps.append(Step("eval", (base, s)))
     return steps
 
@@ -77,6 +80,8 @@ def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> 
 
 
 TASKS = {
-    "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0)),
-    "mbpp": TaskPlan("mbpp", draft_ks=(0.33, 0.4, 1.0), pretrain=True),
+    "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0)),
+    "mbpp": TaskPlan(
+        "mbpp", draft_ks=(0.33, 0.4, 1.0), matched_ks=(0.33, 1.0), pretrain=True, target_config="mbpp_target"
+    ),
 }
