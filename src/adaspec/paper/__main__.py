@@ -104,9 +104,7 @@ def wall_times(root: Path, out: Path) -> dict[str, float]:
         entry = json.loads(line)
         if entry["ran"]:
             task = next(
-                a.split("=")[1].removesuffix("_matched")
-                for a in entry["step"].split()
-                if a.startswith("paper=")
+                a.split("=")[1].split("_")[0] for a in entry["step"].split() if a.startswith("paper=")
             )
             totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
     (out / "paper_log.jsonl").write_text(log.read_text())
