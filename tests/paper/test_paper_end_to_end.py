@@ -50,7 +50,10 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     results = tmp_path / "results"
     summary = json.loads((results / "summary.json").read_text())
-    assert set(summary) == {"gsm8k", "mbpp"}
+    sweeps = summary.pop("sweeps")
+    assert set(summary) == set(sweeps) == {"gsm8k", "mbpp"}
+    assert [row["k"] for row in sweeps["gsm8k"]["k"]] == [0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert len(sweeps["mbpp"]["gamma"]) == 6 * 2  # gamma 1,2,3,5,8 and adaptive x AdaSPEC, DistillSpec
     gsm8k, mbpp = summary["gsm8k"], summary["mbpp"]
     assert gsm8k["seeds"] == [0, 1] and set(gsm8k["drafts"]) == {"k0.4", "k1", "k0.4-matched", "k1-matched"}
     assert set(mbpp["drafts"]) == {"k0.33", "k0.4", "k1", "k0.33-matched", "k1-matched"}

@@ -48,11 +48,12 @@ def _results_of(step, extra: list[str]) -> Path:
 
 def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) -> dict[str, Any]:
     """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns summary.json."""
-    from adaspec.paper.aggregate import copy_results, summarise_task, write_summary
+    from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
     from adaspec.paper.plan import Step, sweep_steps
     from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
 
     summary: dict[str, Any] = {}
+    sweeps: dict[str, Any] = {}
     images: list[Path] = []
     for task in tasks:
         per_seed = {}
@@ -80,11 +81,13 @@ def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) 
             images.append(plot_k_sweep(task.name, k_sweep, out / f"{task.name}_k_sweep.png"))
         if fixed:
             images.append(plot_gamma_sweep(task.name, fixed, adaptive, out / f"{task.name}_gamma_sweep.png"))
+        if k_sweep or fixed:
+            sweeps[task.name] = sweep_rows(k_sweep, fixed, adaptive)
     if not summary:
         raise UserError(
             "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
         )
-    write_summary(out, summary)
+    write_summary(out, summary, sweeps)
     from adaspec.paper.runner import compose_step
     from adaspec.paper.wandb_log import log_paper
 

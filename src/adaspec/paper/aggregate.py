@@ -123,7 +123,54 @@ def copy_results(source: Path, destination: Path) -> dict[str, Any]:
     return json.loads(source.read_text())
 
 
-def write_summary(out: Path, summary: dict[str, dict[str, Any]]) -> None:
+def sweep_rows(k_sweep: dict | None, fixed: dict[int, dict], adaptive: dict | None) -> dict[str, list[dict]]:
+    """The sweeps' numbers, one row per (setting, draft): what the PNGs show."""
+    pick = ("alpha", "accept_rate", "tau", "speedup_vs_target")
+    rows: dict[str, list[dict]] = {"k": [], "gamma": []}
+    if k_sweep:
+        for d in sorted(k_sweep["drafts"].values(), key=lambda r: r["k"]):
+            rows["k"].append({"k": d["k"], **{m: d[m] for m in pick}})
+    settings = [(str(g), fixed[g]) for g in sorted(fixed)] + ([("adaptive", adaptive)] if adaptive else [])
+    for gamma, results in settings:
+        for d in results["drafts"].values():
+            rows["gamma"].append({"gamma": gamma, "draft": d["label"], **{m: d[m] for m in pick}})
+    return rows
+
+
+def sweep_markdown(sweeps: dict[str, dict[str, list[dict]]]) -> str:
+    lines = []
+    for task, rows in sweeps.items():
+        if rows["k"]:
+            lines += [
+                "",
+                f"{task}, k sweep (seed 0):",
+                "",
+                "| k | alpha | accept_rate | tau | speed-up |",
+                "|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {r['k']:g} | {r['alpha']:.3f} | {r['accept_rate']:.3f} | {r['tau']:.3f} | {r['speedup_vs_target']:.3f} |"
+                for r in rows["k"]
+            ]
+        if rows["gamma"]:
+            lines += [
+                "",
+                f"{task}, gamma sweep (seed 0):",
+                "",
+                "| gamma | draft | alpha | accept_rate | tau | speed-up |",
+                "|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {r['gamma']} | {r['draft']} | {r['alpha']:.3f} | {r['accept_rate']:.3f} | {r['tau']:.3f} | "
+                f"{r['speedup_vs_target']:.3f} |"
+                for r in rows["gamma"]
+            ]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def write_summary(
+    out: Path, summary: dict[str, dict[str, Any]], sweeps: dict[str, dict[str, list[dict]]]
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown(summary))
+    (out / "summary.json").write_text(json.dumps({**summary, "sweeps": sweeps}, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(summary) + sweep_markdown(sweeps))
