@@ -53,7 +53,7 @@ def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) 
     from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
 
     summary: dict[str, Any] = {}
-    sweeps: dict[str, Any] = {}
+    sweep_tables: dict[str, Any] = {}
     images: list[Path] = []
     for task in tasks:
         per_seed = {}
@@ -82,12 +82,12 @@ def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) 
         if fixed:
             images.append(plot_gamma_sweep(task.name, fixed, adaptive, out / f"{task.name}_gamma_sweep.png"))
         if k_sweep or fixed:
-            sweeps[task.name] = sweep_rows(k_sweep, fixed, adaptive)
+            sweep_tables[task.name] = sweep_rows(k_sweep, fixed, adaptive)
     if not summary:
         raise UserError(
             "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
         )
-    write_summary(out, summary, sweeps)
+    write_summary(out, summary, sweep_tables)
     from adaspec.paper.runner import compose_step
     from adaspec.paper.wandb_log import log_paper
 
