@@ -37,7 +37,8 @@ def _num(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> Path:
+    """Render `fig` with the Agg canvas and write it to `path` atomically."""
     FigureCanvasAgg(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
@@ -62,11 +63,11 @@ def plot_rejection_curves(results: dict[str, Any], path: Path) -> Path:
     """reject_rate_at/i against draft position i, one line per draft."""
     curves = {row["label"]: rejection_curve(row) for row in results["drafts"].values()}
     title = f"Where blocks are rejected ({results['task']}, {results['setting']})"
-    return _save(_line_plot(curves, title, "draft position i", "share of blocks first rejected at i"), path)
+    return save_png(_line_plot(curves, title, "draft position i", "share of blocks first rejected at i"), path)
 
 
 def plot_alpha_vs_gamma(results: dict[str, Any], path: Path) -> Path:
     """alpha against a fixed gamma, one line per draft."""
     curves = {row["label"]: alpha_curve(row) for row in results["drafts"].values()}
     title = f"Acceptance against gamma ({results['task']}, temperature {results['decode']['temperature']:g})"
-    return _save(_line_plot(curves, title, "gamma (draft tokens per block)", "alpha"), path)
+    return save_png(_line_plot(curves, title, "gamma (draft tokens per block)", "alpha"), path)

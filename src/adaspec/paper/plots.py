@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from adaspec.evaluation.report import write_bytes_atomically
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-    write_bytes_atomically(path, buffer.getvalue())
-    return path
+from adaspec.evaluation.plots import save_png
 
 
 def plot_k_sweep(task: str, results: dict[str, Any], path: Path) -> Path:
@@ -35,7 +25,7 @@ def plot_k_sweep(task: str, results: dict[str, Any], path: Path) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_gamma_sweep(
@@ -66,4 +56,4 @@ def plot_gamma_sweep(
         ax.grid(alpha=0.3)
     fig.axes[0].legend(fontsize=7)
     fig.suptitle(f"{task}: tau and speed-up against gamma")
-    return _save(fig, path)
+    return save_png(fig, path)
