@@ -147,17 +147,17 @@ def tokenizer_home(cfg: DictConfig) -> Path | None:
     return paths.final(paths.target_dir(cfg))
 
 
-def load_tokenizer(cfg: DictConfig, splits: dict[str, list[Example]]) -> PreTrainedTokenizerBase:
-    """Stage 1 (stage 0 with pretrain=stdlib) trains the tokenizer, or loads a pretrained model's; later
-    stages read it from that artefact."""
+def load_tokenizer(
+    cfg: DictConfig, splits: dict[str, list[Example]], corpus: list[str] = ()
+) -> PreTrainedTokenizerBase:
+    """Stage 1 (stage 0 with pretrain=stdlib) trains the tokenizer, on the task's training text and stage
+    0's `corpus`, or loads a pretrained model's; later stages read it from that artefact."""
     home = tokenizer_home(cfg)
     if home is not None:
         return AutoTokenizer.from_pretrained(str(home))
     if cfg.model.source == "pretrained":
         return pretrained_tokenizer(cfg.model.target_path)[0]  # with a pad token added if it had none
-    texts = training_texts(splits["train"])
-    if cfg.stage.name == "pretrain_target":
-        texts += corpus_blocks(cfg)
+    texts = training_texts(splits["train"]) + list(corpus)
     api_names = frequent_dotted_names([e.target for e in splits["train"]], cfg.task.domain.api_vocab_size)
     return train_bpe_tokenizer(texts, cfg.task.vocab_size, added_tokens=api_names)
 
@@ -356,12 +356,13 @@ def run_stage(cfg: DictConfig) -> Path:
     pl.seed_everything(seed, workers=True, verbose=False)
 
     splits = splits or load_task(cfg.task)
-    tokenizer = load_tokenizer(cfg, splits)
+    blocks = corpus_blocks(cfg) if stage in PRETRAIN_STAGES else []  # read once: tokenizer and training data
+    tokenizer = load_tokenizer(cfg, splits, blocks)
     if stage == "ref":
         upstream["draft_init"] = read_meta(ensure_draft_init(cfg, tokenizer))["weights"]
     corpus: dict[str, Any] = {}
     if stage in PRETRAIN_STAGES:  # stage 0 trains on the code corpus, not on the task
-        splits, corpus = corpus_splits(cfg)
+        splits, corpus = corpus_splits(blocks, cfg.pretrain.n_val)
     data = TaskDataModule(
         tokenizer,
         splits,

@@ -36,10 +36,8 @@ def corpus_blocks(cfg: DictConfig) -> list[str]:
     return stdlib_blocks(p.max_chars, p.block_chars, seed=p.seed)
 
 
-def corpus_splits(cfg: DictConfig) -> tuple[dict[str, list[Example]], dict[str, Any]]:
+def corpus_splits(blocks: list[str], n_val: int) -> tuple[dict[str, list[Example]], dict[str, Any]]:
     """Every block is an example with an empty prompt, so the loss covers all its tokens; the first
-    pretrain.n_val blocks are held out."""
-    blocks = corpus_blocks(cfg)
+    `n_val` blocks are held out."""
     examples = [Example(prompt="", target=block, reference="") for block in blocks]
-    n_val = cfg.pretrain.n_val
     return {"train": examples[n_val:], "test": examples[:n_val]}, corpus_identity(blocks)
