@@ -58,13 +58,11 @@ class DomainConfig:
 
     digit_weight: float = 1.0  # stages 2-3: loss weight of answer tokens that are digits (math: 2.0)
     operator_weight: float = 1.0  # stages 2-3: loss weight of operator tokens + - * / = x (math: 1.5)
-    operator_embedding: bool = (
-        False  # stage 3: learned vector per operator type added to the draft's input rows
-    )
+    # stage 3: learned vector per operator type added to the draft's input rows
+    operator_embedding: bool = False
     keep_whitespace_tokens: bool = False  # stage 3: newline/indentation tokens are always selected (code: on)
-    api_vocab_size: int = (
-        0  # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
-    )
+    # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
+    api_vocab_size: int = 0
 
 
 # The stages each task.domain option changes; the others leave it out of their artefact fingerprint, so an

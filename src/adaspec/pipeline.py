@@ -225,9 +225,7 @@ def build_module(
     if stage == "target":
         if uses_pretrain(cfg):
             student = load_model(paths.final(paths.pretrain_target_dir(cfg)), attn)
-        elif (
-            cfg.model.source == "pretrained"
-        ):  # embeddings resized for the special tokens load_tokenizer added
+        elif cfg.model.source == "pretrained":  # embeddings resized for the tokens load_tokenizer added
             student = resize_embeddings(
                 load_model(cfg.model.target_path, attn),
                 tokenizer,
@@ -312,9 +310,8 @@ def stage_callbacks(cfg: DictConfig, module: StageModule, data: TaskDataModule) 
                 cfg.distill.refresh_every_n_steps,
             )
         )
-    if (
-        cfg.stage.name == "draft"
-    ):  # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
+    # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
+    if cfg.stage.name == "draft":
         callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
     prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
     if cfg.stage.name in ("ref", "draft") and cfg.stage.monitor_every_n_steps > 0 and prompts:
