@@ -46,8 +46,11 @@ def _results_of(step, extra: list[str]) -> Path:
     return results_dir(compose_step(step, extra)) / "results.json"
 
 
-def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) -> dict[str, Any]:
-    """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns summary.json."""
+def collect(
+    tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool
+) -> tuple[dict[str, Any], list[Path]]:
+    """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns the summary
+    and the plots."""
     from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
     from adaspec.paper.plan import Step, sweep_steps
     from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
@@ -88,13 +91,9 @@ def collect(tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool) 
             "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
         )
     write_summary(out, summary, sweep_tables)
-    from adaspec.paper.runner import compose_step
-    from adaspec.paper.wandb_log import log_paper
-
-    log_paper(compose_step(Step("eval", (f"paper={tasks[0].name}",)), extra), summary, images)
     print((out / "summary.md").read_text())
     print(f"[paper] wrote {out / 'summary.json'}, {out / 'summary.md'} and {len(images)} plots")
-    return summary
+    return summary, images
 
 
 def wall_times(root: Path, out: Path) -> dict[str, float]:
@@ -136,11 +135,15 @@ def main(argv: list[str] | None = None) -> None:
             return
         if not args.collect_only:
             run_plan(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
-        collect(tasks, args.seeds, args.overrides, args.results, args.sweeps)
+        summary, images = collect(tasks, args.seeds, args.overrides, args.results, args.sweeps)
         from adaspec.paper.plan import Step
+        from adaspec.paper.wandb_log import log_paper
 
-        root = Path(compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides).paths.root)
-        print(f"[paper] wall time of the steps that ran, per task (s): {wall_times(root, args.results)}")
+        # the run's logger and paths.root, as every step composes them
+        run_cfg = compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides)
+        log_paper(run_cfg, summary, images)
+        times = wall_times(Path(run_cfg.paths.root), args.results)
+        print(f"[paper] wall time of the steps that ran, per task (s): {times}")
 
 
 if __name__ == "__main__":
