@@ -1,14 +1,15 @@
 """Speculative decoding (Leviathan et al., 2023) for batch size 1, in the style of gpt-fast's generate.py.
 
-One block: the draft proposes gamma tokens autoregressively (one forward each, on its KV cache);
-the target scores ``[last, d_1, ..., d_gamma]`` in ONE forward; the verifier keeps the accepted
-prefix ``d_1..d_n`` and adds one token from the target (a correction when ``n < gamma``, the bonus
-token when all were accepted). Both caches are then cropped back to the kept context, so the prompt
-is never re-encoded.
+One block: the draft proposes gamma tokens autoregressively (one forward each, on its KV cache); the
+target scores ``[last context token, d_1, ..., d_gamma]`` in ONE forward; the verifier keeps the
+accepted prefix ``d_1..d_n`` and adds one token from the target (a correction when ``n < gamma``, the
+bonus token when all were accepted). Both caches are then cropped back to the kept context, so the
+prompt is never re-encoded.
 
-Cache invariant at the start of every block: the target's cache holds the context except its
-last token ``last``; the draft's cache holds the context except ``pending`` (1 token, 2 after a
-fully accepted block, since the draft never fed its own last proposal through itself).
+Cache invariant at the start of every block: each model's KV cache holds the context except the
+tokens it has not seen yet. The target has not seen the last context token; the draft has not seen 1
+token, or 2 after a fully accepted block (it never feeds its own last proposal through itself), and
+feeds them with its first forward of the block.
 
 The models are called directly (``use_cache=True``, ``logits_to_keep``), never ``model.generate``.
 With ``temperature == 0`` the output equals the target's greedy decoding (``target_generate``),
@@ -42,7 +43,7 @@ def _forward(model: PreTrainedModel, ids: Tensor, cache: DynamicCache, logits_to
     return model(input_ids=ids, use_cache=True, logits_to_keep=logits_to_keep, **kwargs).logits[0]
 
 
-def _rollback(cache: DynamicCache, length: int) -> None:
+def _crop_cache(cache: DynamicCache, length: int) -> None:
     """Crop ``cache`` to its first ``length`` positions.
 
     ``DynamicCache.crop`` takes a NEGATIVE count of positions to drop (transformers >= 5.x raises on
@@ -104,6 +105,82 @@ def verify_block(
     return n, next_token
 
 
+def _draft_proposals(
+    draft: PreTrainedModel,
+    cache: DynamicCache,
+    unseen: Tensor,
+    gamma: int,
+    vocab: int,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor | None]:
+    """Propose ``gamma`` tokens with the draft, one forward each; the first forward also feeds ``unseen``.
+
+    Returns the proposals ``[gamma]`` and, when sampling, the draft's distributions ``[gamma, vocab]``
+    they were drawn from (``None`` when greedy).
+    """
+    proposals, draft_probs = [], []
+    x = unseen
+    for _ in range(gamma):
+        logits = _forward(draft, x, cache, logits_to_keep=1)[-1, :vocab]
+        if temperature == 0:
+            token = logits.argmax(-1, keepdim=True)
+        else:
+            draft_probs.append(_probs(logits, temperature))
+            token = torch.multinomial(draft_probs[-1], 1, generator=generator)
+        proposals.append(token)
+        x = token.view(1, 1)
+    if temperature == 0:
+        return torch.cat(proposals) if proposals else unseen.new_empty(0), None
+    if not proposals:
+        return unseen.new_empty(0), torch.zeros(0, vocab, device=unseen.device)
+    return torch.cat(proposals), torch.stack(draft_probs)
+
+
+class _BlockLog:
+    """Bookkeeping of one generation: the emitted tokens, one `BlockRecord` per block, gamma and draft calls."""
+
+    def __init__(self, max_new_tokens: int, eos_token_id: int | None) -> None:
+        self.max_new_tokens, self.eos_token_id = max_new_tokens, eos_token_id
+        self.tokens: list[int] = []
+        self.blocks: list[BlockRecord] = []
+        self.gamma_trace: list[int] = []
+        self.draft_calls = 0
+
+    @property
+    def room(self) -> int:
+        return self.max_new_tokens - len(self.tokens)
+
+    @property
+    def finished(self) -> bool:
+        return self.room <= 0 or (bool(self.tokens) and self.tokens[-1] == self.eos_token_id)
+
+    def add(self, gamma: int, n_accepted: int, block_tokens: list[int]) -> BlockRecord:
+        """Emit ``block_tokens`` (accepted proposals + the target's token), never past EOS or the limit."""
+        keep = min(len(block_tokens), self.room)
+        if self.eos_token_id in block_tokens[:keep]:
+            keep = block_tokens.index(self.eos_token_id) + 1
+        if keep < len(block_tokens):  # cut inside the accepted prefix: any later rejection did not matter
+            record = BlockRecord(keep, keep, None, truncated=True)
+        else:
+            record = BlockRecord(gamma, n_accepted, n_accepted + 1 if n_accepted < gamma else None)
+        self.tokens += block_tokens[:keep]
+        self.blocks.append(record)
+        self.gamma_trace.append(gamma)
+        self.draft_calls += gamma
+        return record
+
+    def result(self, wall_time_s: float) -> GenerationResult:
+        return GenerationResult(
+            tokens=self.tokens,
+            target_calls=len(self.blocks),
+            draft_calls=self.draft_calls,
+            wall_time_s=wall_time_s,
+            blocks=self.blocks,
+            gamma_trace=self.gamma_trace,
+        )
+
+
 @torch.inference_mode()
 def speculative_generate(
     target: PreTrainedModel,
@@ -125,77 +202,48 @@ def speculative_generate(
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     start = time.perf_counter()
-    greedy = temperature == 0
     vocab = min(target.config.vocab_size, draft.config.vocab_size)  # padded vocabularies may differ
     target_cache, draft_cache = DynamicCache(config=target.config), DynamicCache(config=draft.config)
     prompt_len = input_ids.shape[1]
     if prompt_len > 1:  # prefill all but the last prompt token; it is fed with the first block
         _forward(target, input_ids[:, :-1], target_cache, logits_to_keep=1)
         _forward(draft, input_ids[:, :-1], draft_cache, logits_to_keep=1)
-    last = pending = input_ids[:, -1:]  # context tokens not yet in the target's / draft's cache
+    target_unseen = draft_unseen = input_ids[:, -1:]  # context tokens not yet in each model's cache
     gamma_policy.reset()
-    tokens: list[int] = []
-    blocks: list[BlockRecord] = []
-    gamma_trace: list[int] = []
-    draft_calls = 0
+    log = _BlockLog(max_new_tokens, eos_token_id)
 
-    while len(tokens) < max_new_tokens:
-        ctx = prompt_len + len(tokens)
-        gamma = min(gamma_policy.next_gamma(ctx), max_new_tokens - len(tokens) - 1)
+    while not log.finished:
+        context_len = prompt_len + len(log.tokens)
+        gamma = min(gamma_policy.next_gamma(context_len), log.room - 1)
 
-        # 1. Draft gamma tokens, one forward each.
-        drafted, q_rows, x = [], [], pending
-        for _ in range(gamma):
-            logits = _forward(draft, x, draft_cache, logits_to_keep=1)[-1, :vocab]
-            if greedy:
-                tok = logits.argmax(-1, keepdim=True)
-            else:
-                q_rows.append(_probs(logits, temperature))
-                tok = torch.multinomial(q_rows[-1], 1, generator=generator)
-            drafted.append(tok)
-            x = tok.view(1, 1)
-        draft_calls += gamma
-        proposals = torch.cat(drafted) if drafted else input_ids.new_empty(0)
+        # 1. The draft proposes gamma tokens.
+        proposals, draft_probs = _draft_proposals(
+            draft, draft_cache, draft_unseen, gamma, vocab, temperature, generator
+        )
 
-        # 2. Verify all proposals with one target forward over [last, d_1..d_gamma].
-        logits = _forward(target, torch.cat([last[0], proposals]).view(1, -1), target_cache)[:, :vocab]
-        if greedy:
-            n, nxt = verify_greedy(logits, proposals)
+        # 2. The target scores every proposal in one forward over [last context token, d_1..d_gamma].
+        target_ids = torch.cat([target_unseen[0], proposals]).view(1, -1)
+        target_logits = _forward(target, target_ids, target_cache)[:, :vocab]
+
+        # 3. Accept a prefix of the proposals and take the target's correction or bonus token after it.
+        if temperature == 0:
+            n_accepted, next_token = verify_greedy(target_logits, proposals)
         else:
-            q = torch.stack(q_rows) if q_rows else logits.new_zeros(0, vocab, dtype=torch.float)
-            n, nxt = verify_block(_probs(logits, temperature), q, proposals, generator)
-        n_acc, next_id, *props = torch.cat([n.view(1), nxt.view(1), proposals]).tolist()  # one sync
-        new = props[:n_acc] + [next_id]
+            target_probs = _probs(target_logits, temperature)
+            n_accepted, next_token = verify_block(target_probs, draft_probs, proposals, generator)
+        n, next_id, *proposed = torch.cat([n_accepted.view(1), next_token.view(1), proposals]).tolist()
+        record = log.add(gamma, n, proposed[:n] + [next_id])
+        gamma_policy.update(record.proposed, record.accepted)
 
-        # 3. Emit, never past EOS or max_new_tokens.
-        keep = min(len(new), max_new_tokens - len(tokens))
-        if eos_token_id in new[:keep]:
-            keep = new.index(eos_token_id) + 1
-        if keep < len(new):  # cut inside the accepted prefix: any later rejection did not matter
-            blocks.append(BlockRecord(keep, keep, None, truncated=True))
-        else:
-            blocks.append(BlockRecord(gamma, n_acc, n_acc + 1 if n_acc < gamma else None))
-        tokens += new[:keep]
-        gamma_trace.append(gamma)
-        gamma_policy.update(blocks[-1].proposed, blocks[-1].accepted)
-        if keep < len(new) or next_id == eos_token_id:
-            break
+        # 4. Crop both caches to the context plus the accepted proposals; what is left to feed is unseen.
+        kept = context_len + n
+        _crop_cache(target_cache, kept)
+        _crop_cache(draft_cache, kept)
+        target_unseen = next_token.view(1, 1)
+        context_tail = torch.cat([draft_unseen[0], proposals[:n], next_token.view(1)])
+        draft_unseen = context_tail[-(kept + 1 - draft_cache.get_seq_length()) :].view(1, -1)
 
-        # 4. Roll both caches back to context + accepted proposals; `next` is fed next block.
-        _rollback(target_cache, ctx + n_acc)
-        _rollback(draft_cache, ctx + n_acc)
-        unseen = ctx + n_acc + 1 - draft_cache.get_seq_length()
-        pending = torch.cat([pending[0], proposals[:n_acc], nxt.view(1)])[-unseen:].view(1, -1)
-        last = nxt.view(1, 1)
-
-    return GenerationResult(
-        tokens=tokens,
-        target_calls=len(blocks),
-        draft_calls=draft_calls,
-        wall_time_s=time.perf_counter() - start,
-        blocks=blocks,
-        gamma_trace=gamma_trace,
-    )
+    return log.result(time.perf_counter() - start)
 
 
 @torch.inference_mode()
