@@ -10,14 +10,14 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "offline"
 os.environ["WANDB_SILENT"] = "true"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tiny models run fastest on one thread, and subprocesses (DDP ranks, entry points) inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-import adaspec.config  # noqa: E402,F401  (registers the schemas)
+from adaspec.toolkit import compose_config, no_tokenizer_parallelism  # noqa: E402  (tests import compose_config from here)
+
+no_tokenizer_parallelism()
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -57,11 +57,6 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def compose_config(*overrides: str) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 @pytest.fixture
