@@ -14,29 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+from adaspec.toolkit import compose_config, no_tokenizer_parallelism, tokenize_prompts
 
 
 def gpu_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    import adaspec.config  # noqa: F401  (registers the schemas)
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
 
 
 def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict[str, dict]]:
@@ -51,7 +40,7 @@ def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict
     results = {}
     cfg = None
     for stage in ("target", "ref", "draft"):
-        cfg = compose([*base, f"stage={stage}"])
+        cfg = compose_config(*base, f"stage={stage}")
         final = run_stage(cfg)
         results[stage] = json.loads((final / "metrics.json").read_text())
     return cfg, results
@@ -76,10 +65,7 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
         draft, draft_kind = load_draft_8bit(draft_path), "int8 (bitsandbytes)"
     else:
         draft, draft_kind = load_model(draft_path, "auto", dtype=torch.bfloat16).to(device).eval(), "bf16"
-    prompts = [
-        tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device)
-        for e in load_task(cfg.task)["test"][:n_prompts]
-    ]
+    prompts = tokenize_prompts(tokenizer, [e.prompt for e in load_task(cfg.task)["test"][:n_prompts]], device)
     eos = tokenizer.eos_token_id
 
     def sync() -> None:
@@ -118,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if not gpu_available():
         print("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available() is False); nothing to check.")
         return 0
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    no_tokenizer_parallelism()
     import torch
 
     from adaspec.decoding.quant import can_load_8bit

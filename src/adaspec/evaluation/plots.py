@@ -14,7 +14,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from adaspec.evaluation.report import write_bytes_atomically
+from adaspec.toolkit import write_bytes_atomically
 
 REJECTION_PNG = "reject_rate_curve.png"
 ALPHA_VS_GAMMA_PNG = "alpha_vs_gamma.png"

@@ -48,12 +48,13 @@ from adaspec.evaluation.plots import (
     plot_rejection_curves,
 )
 from adaspec.evaluation.replay import draft_matches, replay
-from adaspec.evaluation.report import markdown_table, write_results
+from adaspec.evaluation.report import results_markdown, write_results
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
 from adaspec.models.build import load_model, n_params
 from adaspec.pipeline import require_artefact
+from adaspec.toolkit import device_for, tokenize_prompts
 
 
 def setting_name(decode: DictConfig) -> str:
@@ -75,11 +76,6 @@ def draft_label(k: float, quant: str = "none", tag: str = "") -> str:
         + (f" ({tag})" if tag else "")
         + ("" if quant == "none" else f" {quant}")
     )
-
-
-def eval_device(cfg: DictConfig) -> torch.device:
-    wants_gpu = cfg.trainer.accelerator in ("gpu", "cuda", "auto")
-    return torch.device("cuda" if wants_gpu and torch.cuda.is_available() else "cpu")
 
 
 def results_dir(cfg: DictConfig) -> Path:
@@ -104,7 +100,7 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
                     f'overwrite=true"` (and stage2 first if the reference is stale too)'
                 )
             drafts.append((float(k), tag, paths.final(folder)))
-    if cfg.decode.draft_quant == DraftQuant.int8 and eval_device(cfg).type != "cpu" and not can_load_8bit():
+    if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
 
@@ -242,7 +238,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content."""
     validate(cfg)
     target_path, draft_paths = check_artefacts(cfg)  # before anything is loaded
-    device = eval_device(cfg)
+    device = device_for(cfg)
     if cfg.eval.num_threads > 0:
         torch.set_num_threads(cfg.eval.num_threads)
     examples = load_task(cfg.task)["test"][: cfg.eval.n_prompts]
@@ -274,10 +270,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
                 "parameters": n_params(model),
             }
 
-    prompts = [
-        tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(device)
-        for e in examples
-    ]
+    prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples], device)
     decode = cfg.decode
     measurements = benchmark(
         target,
@@ -305,6 +298,6 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     }
     json_path, _ = write_results(folder, results)
     log_to_wandb(cfg, results, folder, images)
-    print(markdown_table(results))
+    print(results_markdown(results))
     print(f"[adaspec] evaluate: wrote {json_path}, {folder / 'results.md'} and the plots in {folder}")
     return results

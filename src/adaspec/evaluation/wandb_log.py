@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from adaspec.evaluation.plots import alpha_curve, rejection_curve
 from adaspec.evaluation.report import TABLE_COLUMNS
+from adaspec.toolkit import wandb_enabled
 
 SUMMARY_KEYS = ("alpha", "accept_rate", "tau", "speedup_vs_target", "speedup_vs_hf_assisted", "tokens_per_s")
 
@@ -26,9 +27,9 @@ def _line_series(wandb, curves: dict[str, tuple[list[int], list[float]]], title:
 
 def log_to_wandb(cfg: DictConfig, results: dict[str, Any], folder: Path, images: dict[str, Path]) -> str | None:
     """One W&B run per evaluation (offline unless `logger.wandb.mode=online`); returns its directory."""
-    wb = cfg.logger.wandb
-    if not wb.enabled or wb.mode == "disabled":
+    if not wandb_enabled(cfg):
         return None
+    wb = cfg.logger.wandb
     import wandb
 
     metric = results["metric"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.toolkit import no_tokenizer_parallelism, write_json_atomically, write_text_atomically
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+no_tokenizer_parallelism()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,8 +109,8 @@ def wall_times(root: Path, out: Path) -> dict[str, float]:
                 a.split("=")[1].split("_")[0] for a in entry["step"].split() if a.startswith("paper=")
             )
             totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
-    (out / "paper_log.jsonl").write_text(log.read_text())
-    (out / "wall_times.json").write_text(json.dumps(totals, indent=2) + "\n")
+    write_text_atomically(out / "paper_log.jsonl", log.read_text())
+    write_json_atomically(out / "wall_times.json", totals)
     return totals
 
 

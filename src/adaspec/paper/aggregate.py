@@ -11,6 +11,7 @@ from typing import Any
 
 from adaspec.paper.plan import TaskPlan
 from adaspec.paper.stats import describe, paired_difference
+from adaspec.toolkit import markdown_table, write_json_atomically, write_text_atomically
 
 METRICS = ("alpha", "accept_rate", "tau", "speedup_vs_target")
 
@@ -81,23 +82,12 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
 
 
 def markdown(summary: dict[str, dict[str, Any]]) -> str:
-    lines = [
-        "| task | draft | alpha | accept_rate | tau | speed-up vs target | target score |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    header = ["task", "draft", "alpha", "accept_rate", "tau", "speed-up vs target", "target score"]
+    rows = []
     for task, s in summary.items():
         score = f"{s['score_metric']} {_fmt(s['target'][s['score_metric']])}"
-        for d in s["drafts"].values():
-            lines.append(
-                f"| {task} | {d['label']} | " + " | ".join(_fmt(d[m]) for m in METRICS) + f" | {score} |"
-            )
-    lines += [
-        "",
-        "AdaSPEC − DistillSpec, paired by seed (mean ± std, [95 % interval]):",
-        "",
-        "| task | comparison | alpha | accept_rate | tau | speed-up | verdict on accept_rate |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        rows += [[task, d["label"], *(_fmt(d[m]) for m in METRICS), score] for d in s["drafts"].values()]
+    comparison_rows = []
     for task, s in summary.items():
         for c in s["comparisons"]:
             cells = []
@@ -105,10 +95,17 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
                 d = c["difference"][m]
                 ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
                 cells.append(f"{d['mean']:+.3f} ± {d['std']:.3f}{ci}")
-            verdict = _verdict(c["difference"]["accept_rate"]["ci95"])
-            lines.append(f"| {task} | {c['name']} | " + " | ".join(cells) + f" | {verdict} |")
+            comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"])])
     seeds = {task: s["seeds"] for task, s in summary.items()}
-    lines += [
+    lines = [
+        markdown_table(header, rows),
+        "",
+        "AdaSPEC − DistillSpec, paired by seed (mean ± std, [95 % interval]):",
+        "",
+        markdown_table(
+            ["task", "comparison", "alpha", "accept_rate", "tau", "speed-up", "verdict on accept_rate"],
+            comparison_rows,
+        ),
         "",
         f"Seeds: {seeds}; prompts per evaluation: "
         + ", ".join(f"{t} {s['n_prompts']}" for t, s in summary.items())
@@ -138,39 +135,32 @@ def sweep_rows(k_sweep: dict | None, fixed: dict[int, dict], adaptive: dict | No
 
 
 def sweep_markdown(sweeps: dict[str, dict[str, list[dict]]]) -> str:
+    def numbers(r: dict) -> list[str]:
+        return [f"{r[m]:.3f}" for m in ("alpha", "accept_rate", "tau", "speedup_vs_target")]
+
     lines = []
     for task, rows in sweeps.items():
         if rows["k"]:
-            lines += [
-                "",
-                f"{task}, k sweep (seed 0):",
-                "",
-                "| k | alpha | accept_rate | tau | speed-up |",
-                "|---|---|---|---|---|",
-            ]
-            lines += [
-                f"| {r['k']:g} | {r['alpha']:.3f} | {r['accept_rate']:.3f} | {r['tau']:.3f} | {r['speedup_vs_target']:.3f} |"
-                for r in rows["k"]
-            ]
+            lines += ["", f"{task}, k sweep (seed 0):", ""]
+            lines.append(
+                markdown_table(
+                    ["k", "alpha", "accept_rate", "tau", "speed-up"],
+                    [[f"{r['k']:g}", *numbers(r)] for r in rows["k"]],
+                )
+            )
         if rows["gamma"]:
-            lines += [
-                "",
-                f"{task}, gamma sweep (seed 0):",
-                "",
-                "| gamma | draft | alpha | accept_rate | tau | speed-up |",
-                "|---|---|---|---|---|---|",
-            ]
-            lines += [
-                f"| {r['gamma']} | {r['draft']} | {r['alpha']:.3f} | {r['accept_rate']:.3f} | {r['tau']:.3f} | "
-                f"{r['speedup_vs_target']:.3f} |"
-                for r in rows["gamma"]
-            ]
+            lines += ["", f"{task}, gamma sweep (seed 0):", ""]
+            lines.append(
+                markdown_table(
+                    ["gamma", "draft", "alpha", "accept_rate", "tau", "speed-up"],
+                    [[r["gamma"], r["draft"], *numbers(r)] for r in rows["gamma"]],
+                )
+            )
     return "\n".join(lines) + ("\n" if lines else "")
 
 
 def write_summary(
     out: Path, summary: dict[str, dict[str, Any]], sweeps: dict[str, dict[str, list[dict]]]
 ) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps({**summary, "sweeps": sweeps}, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown(summary) + sweep_markdown(sweeps))
+    write_json_atomically(out / "summary.json", {**summary, "sweeps": sweeps})
+    write_text_atomically(out / "summary.md", markdown(summary) + sweep_markdown(sweeps))

@@ -12,21 +12,18 @@ import json
 import time
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-import adaspec.config  # noqa: F401  (registers the config schemas)
 from adaspec import paths
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
+from adaspec.toolkit import compose_config
 
-CONF = Path(__file__).resolve().parents[3] / "conf"
 LOG = "paper_log.jsonl"
 
 
 def compose_step(step: Step, extra: list[str]) -> DictConfig:
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=[*step.overrides, *extra])
+    return compose_config(*step.overrides, *extra)
 
 
 def _interrupted(cfg: DictConfig) -> bool:

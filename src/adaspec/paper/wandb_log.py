@@ -9,13 +9,14 @@ from typing import Any
 from omegaconf import DictConfig
 
 from adaspec.paper.aggregate import METRICS
+from adaspec.toolkit import wandb_enabled
 
 
 def log_paper(cfg: DictConfig, summary: dict[str, Any], images: list[Path]) -> str | None:
     """Returns the run's directory, or None when W&B is off (logger.wandb.enabled=false)."""
-    wb = cfg.logger.wandb
-    if not wb.enabled or wb.mode == "disabled":
+    if not wandb_enabled(cfg):
         return None
+    wb = cfg.logger.wandb
     import wandb
 
     Path(cfg.paths.root).mkdir(parents=True, exist_ok=True)
