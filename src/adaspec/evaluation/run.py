@@ -13,6 +13,8 @@ the DistillSpec baseline k=1) and, with `decode.draft_quant=int8`, its int8 copy
    `eval/greedy-g5`), log them to W&B when enabled, and print the table.
 
 Missing artefacts are reported before anything is loaded, naming the `make` command that makes them.
+A results folder holds one evaluation (`adaspec.evaluation.identity`): rerunning the same settings on
+the same weights is skipped, other settings are refused unless `overwrite=true` or another `eval.name`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from transformers import AutoTokenizer
 
 import adaspec
 from adaspec import paths
+from adaspec.artefacts import read_meta
 from adaspec.config import validate
 from adaspec.data.tasks import Example, load_task
 from adaspec.decoding import (
@@ -41,6 +44,7 @@ from adaspec.decoding import (
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.errors import UserError
 from adaspec.evaluation.benchmark import Draft, Measurements, benchmark
+from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.plots import (
     ALPHA_VS_GAMMA_PNG,
     REJECTION_PNG,
@@ -48,7 +52,7 @@ from adaspec.evaluation.plots import (
     plot_rejection_curves,
 )
 from adaspec.evaluation.replay import draft_matches, replay
-from adaspec.evaluation.report import results_markdown, write_results
+from adaspec.evaluation.report import RESULTS_JSON, results_markdown, write_results
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
@@ -103,6 +107,14 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
     if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
+
+
+def identity_of(cfg: DictConfig, target_path: Path, draft_paths: list[tuple[float, str, Path]]) -> dict[str, Any]:
+    """This evaluation's identity: its settings and the weights hashes of the target and each draft."""
+    weights = {"target": read_meta(target_path)["weights"]}
+    weights.update({draft_name(k, tag=tag): read_meta(path)["weights"] for k, tag, path in draft_paths})
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    return evaluation_identity(config, device_for(cfg).type, weights)
 
 
 def versions() -> dict[str, str]:
@@ -235,9 +247,19 @@ def summarise(
 
 
 def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
-    """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content."""
+    """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content
+    (the existing one, untouched, when the folder already holds this evaluation)."""
     validate(cfg)
     target_path, draft_paths = check_artefacts(cfg)  # before anything is loaded
+    folder = results_dir(cfg)
+    identity = identity_of(cfg, target_path, draft_paths)
+    previous = previous_results(folder / RESULTS_JSON, identity, cfg.overwrite)  # refuses other settings
+    if previous is not None:
+        print(
+            f"[adaspec] evaluate: {folder / RESULTS_JSON} holds this evaluation (same settings and weights), "
+            f"skipping; pass overwrite=true to rerun it"
+        )
+        return previous
     device = device_for(cfg)
     if cfg.eval.num_threads > 0:
         torch.set_num_threads(cfg.eval.num_threads)
@@ -290,8 +312,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     results["versions"] = versions()
+    results[IDENTITY] = identity
 
-    folder = results_dir(cfg)
     images = {
         "reject_rate_curve": plot_rejection_curves(results, folder / REJECTION_PNG),
         "alpha_vs_gamma": plot_alpha_vs_gamma(results, folder / ALPHA_VS_GAMMA_PNG),

@@ -2,8 +2,9 @@
 
 Stages skip themselves when their finished artefact has the same config (`adaspec.pipeline.run_stage`);
 a stage interrupted mid-training is resumed from its last checkpoint; the teacher cache checks its
-identity; an evaluation is skipped when its results.json exists. So rerunning `make paper` after a
-crash continues where it stopped. Every step's wall time goes to `<paths.root>/paper_log.jsonl`.
+identity; an evaluation is skipped when its results folder holds the same evaluation (and refused when
+it holds another, `adaspec.evaluation.identity`). So rerunning `make paper` after a crash continues
+where it stopped. Every step's wall time goes to `<paths.root>/paper_log.jsonl`.
 """
 
 from __future__ import annotations
@@ -54,12 +55,12 @@ def execute(step: Step, cfg: DictConfig) -> bool:
         build_cache(cfg)  # checks the cache's identity when it exists
         return not existed
     if step.kind == "eval":
+        from adaspec.evaluation.report import RESULTS_JSON
         from adaspec.evaluation.run import results_dir, run_evaluation
 
-        if (results_dir(cfg) / "results.json").is_file():
-            return False
-        run_evaluation(cfg, progress=False)
-        return True
+        existed = (results_dir(cfg) / RESULTS_JSON).is_file()
+        run_evaluation(cfg, progress=False)  # skips the same evaluation, refuses another in its folder
+        return not existed or bool(cfg.overwrite)
     raise ValueError(f"unknown step kind {step.kind!r}")
 
 
