@@ -1,12 +1,19 @@
 """`make bench` (`python -m adaspec.bench`): decoding speed and training-step cost, written as JSON.
 
-Decoding, for each model pair (`bench.models`, default tiny and small; the arith artefacts are
+    python -m adaspec.bench [--name arith] [--models tiny,small] [--prompts 20] [--gamma 5]
+                            [--max-new-tokens 96] [--no-training] [--train-steps 10] [--threads 2]
+                            [hydra overrides for every config it composes ...]
+
+Like `make paper` and `make gpu-check`, it composes several configs, so its own settings are flags and
+`key=value` arguments are Hydra overrides (the single-config commands are Hydra entry points).
+
+Decoding, for each model pair (`--models`, default tiny and small; the arith artefacts are
 trained first when absent): target-only greedy decoding, our speculative decoding and Hugging Face
 assisted generation, all in one process on the same prompts (`adaspec.evaluation.benchmark`), with
 the measured alpha, the measured draft/target cost ratio c of one cached single-token forward, and
 the theoretical speed-up (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) of Leviathan et al.
 
-Training (`bench.training=true`): stage-3 optimiser steps per second with the live target, with the
+Training (unless `--no-training`): stage-3 optimiser steps per second with the live target, with the
 exact teacher cache, with the cache and the cached reference KL, and a plain cross-entropy step of
 the draft alone, on the same batches; the cost of a k-sweep of 5 drafts follows from those step
 times plus the one-off cache build, which is timed too.
@@ -16,7 +23,7 @@ Results go to `bench/results/<name>.json` (atomically) and a table is printed.
 
 from __future__ import annotations
 
-import json
+import argparse
 import os
 import platform
 import statistics
@@ -26,21 +33,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
 from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.toolkit import (
+    compose_config,
+    markdown_table,
+    no_tokenizer_parallelism,
+    tokenize_prompts,
+    write_json_atomically,
+)
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 RESULTS = Path("bench/results")
-
-
-def compose_cfg(*overrides: str) -> DictConfig:
-    import adaspec.config  # noqa: F401  (registers the schemas)
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def ensure_trained(base: list[str], k: float) -> None:
@@ -48,7 +52,7 @@ def ensure_trained(base: list[str], k: float) -> None:
     from adaspec.pipeline import run_stage
 
     for stage in ("stage=target", "stage=ref", "stage=draft"):
-        run_stage(compose_cfg(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
+        run_stage(compose_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
 
 
 def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
@@ -70,12 +74,12 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     base = [f"model={model}", *overrides]
     k = 0.4
     ensure_trained(base, k)
-    cfg = compose_cfg(*base, "stage=draft", f"k={k}")
+    cfg = compose_config(*base, "stage=draft", f"k={k}")
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
     target = load_model(paths.final(paths.target_dir(cfg))).eval()
     draft = load_model(paths.final(paths.draft_dir(cfg, k))).eval()
     examples = load_task(cfg.task)["test"][:n_prompts]
-    prompts = [tokenizer(e.prompt, add_special_tokens=False, return_tensors="pt").input_ids for e in examples]
+    prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples])
     m = benchmark(
         target, [Draft("draft", draft)], prompts, make_policy=lambda: FixedGamma(gamma), gamma=gamma,
         max_new_tokens=max_new_tokens, temperature=0.0, eos_token_id=tokenizer.eos_token_id,
@@ -134,14 +138,14 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
 
     base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
     ensure_trained([f"model={model}", *overrides], 0.4)
-    cfg_live = compose_cfg(*base)
+    cfg_live = compose_config(*base)
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg_live))))
     data = TaskDataModule(tokenizer, load_task(cfg_live.task), batch_size=cfg_live.stage.batch_size,
                           max_length=cfg_live.task.max_length, n_val=cfg_live.task.n_val, seed=0)
     batches = [b for _, b in zip(range(n_steps + 2), data.train_dataloader(), strict=False)]
 
     started = time.perf_counter()
-    build_cache(compose_cfg(*base, "distill.teacher=cache", "overwrite=true"))
+    build_cache(compose_config(*base, "distill.teacher=cache", "overwrite=true"))
     cache_build_s = time.perf_counter() - started
 
     results: dict[str, Any] = {"model": model, "batch_size": cfg_live.stage.batch_size, "steps_timed": n_steps,
@@ -153,7 +157,7 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     }
     for name, extra in variants.items():
         started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
-        module = build_module(compose_cfg(*base, *extra, "overwrite=true"), tokenizer, data)
+        module = build_module(compose_config(*base, *extra, "overwrite=true"), tokenizer, data)
         results[f"{name}/setup_s"] = time.perf_counter() - started
         module.student.train()
         results[f"{name}/step_s"] = _step_seconds(module, batches)
@@ -172,68 +176,67 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     return results
 
 
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+DECODING_COLUMNS = ["model", "alpha", "cost_ratio_c", "target_only/tokens_per_s", "speculative/tokens_per_s",
+                    "hf_assisted/tokens_per_s", "speedup_vs_target", "speedup_vs_hf_assisted", "theoretical_speedup",
+                    "speedup_share_of_theory"]
+TRAINING_COLUMNS = ["model", "live/step_s", "cached/step_s", "cached_ref_kl/step_s", "plain_ce/step_s",
+                    "cached_ref_kl/cost_vs_plain_ce", "sweep5/speedup"]
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    def fmt(v: Any) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(columns, [[r.get(c) for c in columns] for r in rows], cell=lambda v: f"{v:.3g}"
+                          if isinstance(v, float) else str(v))
 
 
-def parse_args(argv: list[str]) -> dict[str, Any]:
-    """`key=value` arguments: name, models (comma list), prompts, gamma, max_new_tokens, training, train_steps,
-    threads, and any other `key=value` is passed to Hydra as an override (e.g. paths.root=...)."""
-    opts: dict[str, Any] = {"name": "arith", "models": "tiny,small", "prompts": 20, "gamma": 5, "max_new_tokens": 96,
-                            "training": "true", "train_steps": 10, "threads": 2}
-    overrides = []
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if not _:
-            raise UserError(f"bench argument {arg!r} is not key=value; known keys: {', '.join(opts)}")
-        if key in opts:
-            opts[key] = value
-        else:
-            overrides.append(arg)
-    opts["overrides"] = overrides
-    return opts
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Flags for the benchmark's own settings, then Hydra overrides for the models' config (as `make paper`
+    and `make gpu-check` take them)."""
+    parser = argparse.ArgumentParser(prog="python -m adaspec.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--name", default="arith", help="results file bench/results/<name>.json")
+    parser.add_argument("--models", type=lambda s: s.split(","), default=["tiny", "small"],
+                        help="comma-separated model configs, e.g. tiny,small")
+    parser.add_argument("--prompts", type=int, default=20, help="test prompts to decode")
+    parser.add_argument("--gamma", type=int, default=5, help="draft tokens per block (fixed)")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--no-training", dest="training", action="store_false", help="skip the stage-3 step cost")
+    parser.add_argument("--train-steps", type=int, default=10, help="timed stage-3 steps per variant")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. task.arith.n_train=1000 stage.max_epochs=1")
+    args = parser.parse_args(argv)
+    for override in args.overrides:  # the key=value form of these options, which bench took before
+        key = override.partition("=")[0]
+        if key in vars(args) and key != "overrides":
+            flag = "--no-training" if key == "training" else f"--{key.replace('_', '-')} VALUE"
+            raise UserError(f"bench argument {override!r}: bench's own settings are flags, use {flag} "
+                            f"(see python -m adaspec.bench --help); key=value arguments are Hydra overrides")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    opts = parse_args(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(int(opts["threads"]))
+    no_tokenizer_parallelism()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     payload: dict[str, Any] = {
-        "name": opts["name"],
+        "name": args.name,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
-        "command": "python -m adaspec.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m adaspec.bench " + " ".join(argv),
         "decoding": [],
         "training": [],
     }
-    out = RESULTS / f"{opts['name']}.json"
-    for model in opts["models"].split(","):
+    out = RESULTS / f"{args.name}.json"
+    for model in args.models:
         payload["decoding"].append(
-            bench_decoding(model, opts["overrides"], int(opts["prompts"]), int(opts["gamma"]), int(opts["max_new_tokens"]))
+            bench_decoding(model, args.overrides, args.prompts, args.gamma, args.max_new_tokens)
         )
-        write_json(out, payload)  # keep what is measured if a later model fails
-    if opts["training"] == "true":
-        model = opts["models"].split(",")[-1]
-        payload["training"].append(bench_training(model, opts["overrides"], int(opts["train_steps"])))
-        write_json(out, payload)
-    print(table(payload["decoding"], ["model", "alpha", "cost_ratio_c", "target_only/tokens_per_s",
-                                      "speculative/tokens_per_s", "hf_assisted/tokens_per_s", "speedup_vs_target",
-                                      "speedup_vs_hf_assisted", "theoretical_speedup", "speedup_share_of_theory"]))
+        write_json_atomically(out, payload, sort_keys=True)  # keep what is measured if a later model fails
+    if args.training:
+        payload["training"].append(bench_training(args.models[-1], args.overrides, args.train_steps))
+        write_json_atomically(out, payload, sort_keys=True)
+    print(table(payload["decoding"], DECODING_COLUMNS))
     if payload["training"]:
-        print(table(payload["training"], ["model", "live/step_s", "cached/step_s", "cached_ref_kl/step_s",
-                                          "plain_ce/step_s", "cached_ref_kl/cost_vs_plain_ce", "sweep5/speedup"]))
+        print(table(payload["training"], TRAINING_COLUMNS))
     print(f"[adaspec] bench: wrote {out}")
     return payload
 

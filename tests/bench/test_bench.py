@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from adaspec import bench
+from adaspec.errors import UserError
 from tests.conftest import TINY
 
 
 def test_bench_writes_decoding_and_training_figures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     payload = bench.main(
-        ["name=t", "models=tiny", "prompts=2", "max_new_tokens=8", "train_steps=2", "threads=1",
-         *TINY, f"paths.root={tmp_path / 'outputs'}"]
+        ["--name", "t", "--models", "tiny", "--prompts", "2", "--max-new-tokens", "8", "--train-steps", "2",
+         "--threads", "1", *TINY, f"paths.root={tmp_path / 'outputs'}"]
     )
     written = json.loads((tmp_path / "bench" / "results" / "t.json").read_text())
     assert written == json.loads(json.dumps(payload))
@@ -31,3 +34,13 @@ def test_theoretical_speedup_formula():
     assert bench.theoretical_speedup(0.0, 5, 0.1) == 1 / 1.5
     assert math.isclose(bench.theoretical_speedup(0.8, 4, 0.05), (1 - 0.8**5) / (0.2 * 1.2))
     assert bench.theoretical_speedup(1.0, 3, 0.0) == 4
+
+
+def test_bench_takes_flags_and_passes_key_value_arguments_to_hydra():
+    args = bench.parse_args(["--models", "tiny,small", "--no-training", "task.arith.n_train=100", "seed=3"])
+    assert args.models == ["tiny", "small"] and not args.training and args.gamma == 5
+    assert args.overrides == ["task.arith.n_train=100", "seed=3"]
+    with pytest.raises(UserError, match=r"'prompts=2'.*--prompts VALUE"):
+        bench.parse_args(["prompts=2"])  # the key=value form bench took before
+    with pytest.raises(UserError, match="--no-training"):
+        bench.parse_args(["training=false"])
