@@ -2,6 +2,11 @@
 
 Labels are -100 on prompt positions and on padding, so every loss and every selection sees answer
 tokens only.
+
+task.prompt_format: `plain` tokenises the prompt text as it is and ends the answer with EOS (from-scratch
+models); `chat` wraps the prompt in the tokenizer's chat template (a user turn, then the assistant header)
+and ends the answer with the template's end-of-turn token, which is also the token that stops generation
+(`stop_token_id`). The template's tokens belong to the prompt, so they never carry loss.
 """
 
 from __future__ import annotations
@@ -11,7 +16,12 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from adaspec.data.prompts import chat_messages
+from adaspec.errors import UserError
+
 IGNORE = -100
+PROMPT_FORMATS = ("plain", "chat")
+_ANSWER_MARK = "ANSWERMARK"  # stands for the answer while the template is rendered
 
 
 @dataclass(frozen=True)
@@ -21,14 +31,61 @@ class Encoded:
     index: int = -1  # position of the example in its split
 
 
+def _check_chat(tokenizer: PreTrainedTokenizerBase, prompt_format: str) -> bool:
+    """True for chat; a UserError for an unknown format or a chat format without a chat template."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise UserError(
+            f"task.prompt_format={prompt_format!r} is invalid: must be one of {', '.join(PROMPT_FORMATS)}"
+        )
+    if prompt_format == "chat" and not tokenizer.chat_template:
+        raise UserError(
+            f"task.prompt_format=chat needs a tokenizer with a chat template, and the one of "
+            f"{tokenizer.name_or_path or 'this model'} has none: use task.prompt_format=plain"
+        )
+    return prompt_format == "chat"
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, prompt_format: str = "plain") -> list[int]:
+    """The ids the model reads before its answer, in training and in evaluation alike."""
+    if _check_chat(tokenizer, prompt_format):
+        prompt = tokenizer.apply_chat_template(
+            chat_messages(prompt), tokenize=False, add_generation_prompt=True
+        )
+    return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+
+def stop_token_id(tokenizer: PreTrainedTokenizerBase, prompt_format: str = "plain") -> int:
+    """The token that ends an answer (and stops generation): EOS, or in chat the special token that the
+    template writes right after an assistant turn's content (<|im_end|> for ChatML templates)."""
+    if not _check_chat(tokenizer, prompt_format):
+        return tokenizer.eos_token_id
+    turns = [*chat_messages("question"), {"role": "assistant", "content": _ANSWER_MARK}]
+    text = tokenizer.apply_chat_template(turns, tokenize=False)
+    after = text[text.index(_ANSWER_MARK) + len(_ANSWER_MARK) :]
+    ids = tokenizer(after, add_special_tokens=False)["input_ids"]
+    if not ids or ids[0] not in tokenizer.all_special_ids:
+        raise UserError(
+            f"the chat template of {tokenizer.name_or_path or 'this tokenizer'} ends an assistant turn with "
+            f"{after!r}, not with a special token that could stop generation: use task.prompt_format=plain"
+        )
+    return ids[0]
+
+
 def encode_example(
-    tokenizer: PreTrainedTokenizerBase, prompt: str, target: str, max_length: int, index: int = -1
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str,
+    target: str,
+    max_length: int,
+    index: int = -1,
+    prompt_format: str = "plain",
 ) -> Encoded:
-    """Prompt ids then target ids + EOS, truncated to `max_length`; labels mask the prompt."""
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    ids = (prompt_ids + target_ids)[:max_length]
-    labels = ([IGNORE] * len(prompt_ids) + target_ids)[:max_length]
+    """Prompt ids then target ids + the stop token, truncated to `max_length`; labels mask the prompt."""
+    prompt_part = prompt_ids(tokenizer, prompt, prompt_format)
+    target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [
+        stop_token_id(tokenizer, prompt_format)
+    ]
+    ids = (prompt_part + target_ids)[:max_length]
+    labels = ([IGNORE] * len(prompt_part) + target_ids)[:max_length]
     return Encoded(ids, labels, index)
 
 

@@ -1,4 +1,8 @@
-"""Prompt templates: how a task record becomes (prompt, target) text. EOS is appended at tokenisation."""
+"""Prompt templates: how a task record becomes (prompt, target) text. EOS is appended at tokenisation.
+
+With task.prompt_format=chat the prompt text becomes the user turn of the tokenizer's chat template
+(`chat_messages`; adaspec.data.encoding applies the template) and the answer ends with the template's
+end-of-turn token instead of EOS."""
 
 from __future__ import annotations
 
@@ -40,3 +44,9 @@ def code_prompt(text: str, tests: list[str]) -> str:
 def code_target(code: str) -> str:
     """The reference solution with Windows line ends made "\\n" (tabs are kept), then "\\n[DONE]"."""
     return code.replace("\r\n", "\n").rstrip() + "\n" + CODE_DONE
+
+
+def chat_messages(prompt: str) -> list[dict[str, str]]:
+    """The conversation an instruct model is asked: the task's prompt as one user turn (the trailing
+    newline that leads into a plain-text answer is dropped: the assistant header follows instead)."""
+    return [{"role": "user", "content": prompt.rstrip()}]
