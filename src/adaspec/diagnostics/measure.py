@@ -22,6 +22,15 @@ def logged(stage_folder: Path, column: str) -> list[float]:
         return [float(row[column]) for row in csv.DictReader(fh) if row.get(column)]
 
 
+def logged_by_step(stage_folder: Path, column: str) -> dict[int, float]:
+    """{step: value} of `column` in the stage's metrics.csv (the last value where a step logged twice)."""
+    path = stage_folder / "logs" / "metrics.csv"
+    if not path.is_file():
+        return {}
+    with open(path) as fh:
+        return {int(float(row["step"])): float(row[column]) for row in csv.DictReader(fh) if row.get(column)}
+
+
 def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
