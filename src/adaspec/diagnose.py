@@ -31,18 +31,22 @@ def markdown(verdicts: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+TIMING_PROMPTS = 4  # held-out prompts on which every draft and the target are timed for c
+
+
 def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from adaspec import paths
+    from adaspec.artefact_rules import require_artefact
     from adaspec.data.datamodule import encode_all
     from adaspec.data.tasks import load_task
     from adaspec.diagnostics import checks
-    from adaspec.diagnostics.measure import held_out_kl_and_agreement, logged, machine_memory_mb, read_json
-    from adaspec.evaluation.cost import cost_ratio
+    from adaspec.diagnostics.advice import guarded
+    from adaspec.diagnostics.cost_ratio import measure_cost_ratios
+    from adaspec.diagnostics.measure import held_out_kl_and_agreement, machine_memory_mb, read_json
     from adaspec.evaluation.run import draft_name, results_dir
     from adaspec.models.build import freeze, load_model
-    from adaspec.pipeline import require_artefact
 
     validate(cfg)
     require_artefact(paths.target_dir(cfg), "target", "diagnose", cfg)
@@ -51,44 +55,57 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     held_out = encode_all(tokenizer, load_task(cfg.task)["test"][: cfg.task.n_val], cfg.task.max_length)
     target = freeze(load_model(target_final))
-    prompt = torch_prompt(tokenizer, held_out)
 
     verdicts: list[checks.Verdict] = []
     ref_folder = paths.ref_dir(cfg)
     ref = freeze(load_model(paths.final(ref_folder)))
     ref_kl, _, n_tokens = held_out_kl_and_agreement(target, ref, held_out, tokenizer.pad_token_id)
-    verdicts += [
-        checks.reference_kl(ref_kl, n_tokens),
-        checks.warmup_and_decay("ref", logged(ref_folder, "train/lr")),
-        checks.loss_still_falling("ref", logged(ref_folder, "train/loss")),
-    ]
+    verdicts += guarded(
+        [checks.reference_kl(ref_kl, n_tokens), *training_verdicts("ref", ref_folder)],
+        artefact_config(ref_folder),
+    )
     results = read_json(results_dir(cfg) / "results.json")
     context = max(len(e.input_ids) for e in held_out) + cfg.decode.max_new_tokens
-    peak, last_time = None, -1.0
+    gamma = int(cfg.decode.gamma)
+
+    trained: dict[str, Any] = {}  # draft name -> (k, its stage folder)
     for k in cfg.eval.draft_ks:
-        folder = paths.draft_dir(cfg, k)
-        name = f"draft k={paths.format_k(k)}"
-        if not (paths.final(folder) / "meta.json").is_file():
+        folder, name = paths.draft_dir(cfg, k), f"draft k={paths.format_k(k)}"
+        if (paths.final(folder) / "meta.json").is_file():
+            require_artefact(folder, "draft", "diagnose", cfg, f" k={k}")  # its weights match its hash
+            trained[name] = (k, folder)
+        else:
             verdicts.append(checks.Verdict(name, "skip", "not trained", "", f'make stage3 ARGS="k={k}"'))
-            continue
-        draft = freeze(load_model(paths.final(folder)))
-        _, agreement, n = held_out_kl_and_agreement(target, draft, held_out, tokenizer.pad_token_id)
+    drafts = {name: freeze(load_model(paths.final(folder))) for name, (_, folder) in trained.items()}
+    costs = measure_cost_ratios(target, drafts, timing_prompts(held_out, TIMING_PROMPTS))
+
+    per_draft: dict[str, dict[str, Any]] = {}
+    for name, (k, folder) in trained.items():
+        _, agreement, n = held_out_kl_and_agreement(target, drafts[name], held_out, tokenizer.pad_token_id)
         row = (results or {}).get("drafts", {}).get(draft_name(k))
-        alpha = row["alpha"] if row else None
-        c = cost_ratio(draft, target, prompt)
-        verdicts += [
-            checks.warmup_and_decay(name, logged(folder, "train/lr")),
-            checks.loss_still_falling(name, logged(folder, "train/loss")),
-            checks.draft_agreement(name, agreement, n),
-            checks.speedup(name, alpha, row["speedup_vs_target"] if row else None),
-            checks.gamma_choice(name, alpha, c, int(cfg.decode.gamma), context),
-            checks.larger_draft(name, alpha, c, int(cfg.decode.gamma)),
-        ]
-        final_mtime = (paths.final(folder) / "meta.json").stat().st_mtime
-        if final_mtime > last_time:
-            last_time = final_mtime
-            peak = (read_json(paths.final(folder) / "metrics.json") or {}).get("peak_memory_mb")
-    verdicts.append(checks.memory(peak, machine_memory_mb()))
+        alpha = row.get("alpha") if row else None
+        c = costs[name]
+        verdicts += guarded(
+            [*training_verdicts(name, folder), checks.draft_agreement(name, agreement, n)],
+            artefact_config(folder),
+        )
+        verdicts += guarded(
+            [
+                checks.speedup(name, alpha, row.get("speedup_vs_target") if row else None),
+                checks.gamma_choice(name, alpha, c, gamma, context),
+                checks.larger_draft(name, alpha, c, gamma),
+            ],
+            cfg,
+        )
+        per_draft[name] = {"alpha": alpha, "gamma": gamma, "cost_ratio": c.as_dict()}
+    latest = max(
+        trained.values(), key=lambda kf: (paths.final(kf[1]) / "meta.json").stat().st_mtime, default=None
+    )
+    peak = (
+        (read_json(paths.final(latest[1]) / "metrics.json") or {}).get("peak_memory_mb") if latest else None
+    )
+    memory_cfg = artefact_config(latest[1]) if latest else cfg
+    verdicts += guarded([checks.memory(peak, machine_memory_mb())], memory_cfg)
     if results and results.get("drafts"):
         first = next(iter(results["drafts"].values()))
         curve = {key: v for key, v in first.items() if key.startswith("reject_rate_at/")}
@@ -102,6 +119,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         "seed": cfg.seed,
         "held_out_examples": len(held_out),
         "rejection_curve": report_curve,
+        "drafts": per_draft,
         "verdicts": [v.as_dict() for v in verdicts],
     }
     folder = paths.eval_dir(cfg).parent / "diagnose"
@@ -114,11 +132,40 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     return report
 
 
-def torch_prompt(tokenizer, held_out):
+def training_verdicts(name: str, stage_folder: Path) -> list:
+    """The schedule (from the artefact's config, checked against the log) and the loss at the end."""
+    from adaspec import paths
+    from adaspec.diagnostics import checks
+    from adaspec.diagnostics.measure import logged, logged_by_step
+    from adaspec.diagnostics.schedule import configured_schedule, first_logged_mismatch
+
+    schedule = configured_schedule(paths.final(stage_folder))
+    mismatch = first_logged_mismatch(schedule, logged_by_step(stage_folder, "train/lr")) if schedule else None
+    return [
+        checks.lr_schedule(name, schedule, mismatch),
+        checks.loss_still_falling(name, logged(stage_folder, "train/loss")),
+    ]
+
+
+def artefact_config(stage_folder: Path) -> DictConfig:
+    """The config a stage artefact records (what its advice is checked against)."""
+    from omegaconf import OmegaConf
+
+    from adaspec import paths
+
+    path = paths.final(stage_folder) / "config.yaml"
+    return OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+
+
+def timing_prompts(held_out, n: int) -> list:
+    """The prompt part of the first `n` held-out examples (the same for every draft)."""
     import torch
 
-    ids = [i for i, label in zip(held_out[0].input_ids, held_out[0].labels, strict=True) if label == -100]
-    return torch.tensor([ids or held_out[0].input_ids[:8]])
+    prompts = []
+    for example in held_out[:n]:
+        ids = [i for i, label in zip(example.input_ids, example.labels, strict=True) if label == -100]
+        prompts.append(torch.tensor([ids or example.input_ids[:8]]))
+    return prompts
 
 
 def write_report(folder: Path, report: dict[str, Any]) -> None:
