@@ -1,12 +1,20 @@
-"""MBPP scoring: code extraction, pass@1 over a mix of outcomes, and the dataset's own reference solutions."""
+"""MBPP scoring: code extraction, pass@1 over mixed outcomes, forged passes, the dataset's own solutions."""
 
 from __future__ import annotations
 
 import pytest
 
-from adaspec.data.mbpp import load_mbpp
-from adaspec.data.tasks import Example
-from adaspec.evaluation.mbpp_score import KNOWN_BROKEN_MBPP_TEST_IDS, METRIC, extract_code, pass_at_1
+from adaspec.data.example import Example
+from adaspec.data.mbpp import checking_program, load_mbpp
+from adaspec.data.sources import read_jsonl
+from adaspec.evaluation.checked_asserts import plan_tests, top_level_names
+from adaspec.evaluation.mbpp_score import (
+    KNOWN_BROKEN_MBPP_TEST_IDS,
+    METRIC,
+    extract_code,
+    pass_at_1,
+    run_sample,
+)
 from tests.tasks.conftest import task_cfg
 
 ADD_TESTS = "assert add(1, 2) == 3\n"
@@ -40,6 +48,57 @@ def test_pass_at_1_keeps_going_after_every_kind_of_failure():
     assert [r.status for r in score.per_task] == ["passed", "failed", "timeout", "failed", "exited_early"]
     assert score.metrics == {METRIC: pytest.approx(0.2)} and METRIC == "mbpp/pass@1"
     assert pass_at_1([]).mean == 0.0
+
+
+def mbpp_example(mbpp_dir, task_id: int) -> Example:
+    splits = load_mbpp(task_cfg("mbpp", mbpp_dir))
+    return next(e for split in splits.values() for e in split if e.record["task_id"] == task_id)
+
+
+def test_every_mbpp_assert_is_judged_outside_the_sandbox(mbpp_dir):
+    # All 974 tasks: each assert sends exactly one expression to the sandbox, a call of a function the
+    # task's reference solution defines; the comparison and the expected value stay with the judge.
+    records = [
+        record for _, record in read_jsonl(mbpp_dir / "mbpp.jsonl", ("code", "test_list", "test_setup_code"))
+    ]
+    assert len(records) == 974
+    for record in records:
+        names = top_level_names(record["code"])
+        plan = plan_tests(checking_program(record), names)
+        assert len(plan.probes) == len(plan.checks) == len(record["test_list"]), record["task_id"]
+        assert all(probe.split("(")[0] in names for probe in plan.probes), (record["task_id"], plan.probes)
+
+
+FORGERIES = {
+    "equal to everything": (
+        "class Anything(str):\n    def __eq__(self, other):\n        return True\n"
+        "def remove_Occ(s, ch):\n    return Anything()\n"
+    ),
+    "report forged from the sandbox's frames": (
+        "import os, sys\n"
+        "def remove_Occ(s, ch):\n"
+        "    frame = sys._getframe()\n"
+        "    while 'report_fd' not in frame.f_locals:\n"
+        "        frame = frame.f_back\n"
+        "    os.write(frame.f_locals['report_fd'], b'[true, true, true]')\n"
+        "    os._exit(0)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("trick", FORGERIES)
+def test_forged_passes_fail_on_a_real_task(mbpp_dir, trick):
+    example = mbpp_example(mbpp_dir, 11)  # assert remove_Occ("hello","l") == "heo", ...
+    assert run_sample(example.target, example, timeout_s=10, memory_mb=512).passed
+    result = run_sample(FORGERIES[trick] + "[DONE]", example, timeout_s=10, memory_mb=512)
+    assert not result.passed and result.status == "failed", result.stderr_tail
+
+
+def test_a_task_function_named_like_a_builtin_is_the_programs(mbpp_dir):
+    example = mbpp_example(mbpp_dir, 126)  # "assert sum(10,15) == 6": the sum of common divisors
+    assert run_sample(example.target, example, timeout_s=10, memory_mb=512).passed
+    wrong = "def sum(a, b):\n    return a + b\n[DONE]"
+    assert run_sample(wrong, example, timeout_s=10, memory_mb=512).status == "failed"
 
 
 def reference_samples(mbpp_dir, every: int = 1) -> list[tuple[str, Example]]:

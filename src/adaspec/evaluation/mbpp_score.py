@@ -1,4 +1,4 @@
-"""MBPP scoring: cut the code out of a generation and run it against the task's tests in the sandbox."""
+"""MBPP scoring: cut the code out of a generation, run it in the sandbox, judge the task's asserts outside it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adaspec.data.prompts import CODE_BEGIN, CODE_DONE
+from adaspec.evaluation.checked_asserts import top_level_names
 from adaspec.evaluation.sandbox import SandboxResult, run_program
 
 if TYPE_CHECKING:
-    from adaspec.data.tasks import Example
+    from adaspec.data.example import Example
 
 METRIC = "mbpp/pass@1"
 # Test-split tasks whose own reference solution does not pass in the sandbox (10 s, 512 MB).
@@ -47,8 +48,12 @@ class PassAtOneScore:
 
 
 def run_sample(generated_text: str, example: Example, timeout_s: float, memory_mb: int) -> TaskResult:
+    # The names the reference solution defines are the program's even where they shadow a builtin the
+    # judge knows (task 126 asks for `sum`); taken from the task, never from the generated code.
+    task_names = top_level_names(example.record.get("code", ""))
     try:
-        result = run_program(extract_code(generated_text), example.reference, timeout_s, memory_mb)
+        code = extract_code(generated_text)
+        result = run_program(code, example.reference, timeout_s, memory_mb, program_names=task_names)
     except Exception as e:  # one broken sample must not stop the evaluation
         result = SandboxResult(False, "error", f"sandbox error: {e!r}", 0.0)
     task_id = example.record.get("task_id")

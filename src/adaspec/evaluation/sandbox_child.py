@@ -1,20 +1,24 @@
 """The process side of `adaspec.evaluation.sandbox`: run as a script, never imported.
 
 Started as `python -I -S -B sandbox_child.py` with a JSON spec on stdin. In order, it:
-  1. reads the spec and compiles the solution and the tests,
+  1. reads the spec, keeps only stdin/stdout/stderr and the report descriptor open, and compiles the
+     program, the test setup and the probes (expressions whose values the judge needs),
   2. sets resource limits (memory, CPU, file size, open files, processes),
-  3. keeps the standard library importable after the privilege drop (see `keep_stdlib_importable`),
+  3. when asked, keeps the standard library importable after the privilege drop (`keep_stdlib_importable`),
   4. moves into the working directory and, when started as root, becomes the unprivileged user,
   5. replaces the Python ways to fork, exec, signal, open sockets or write outside the directory,
-  6. runs the solution and then the tests in one namespace,
-  7. only if both finished, writes the nonce as the last line of stdout and exits 0.
+  6. runs the program, then the setup, then evaluates each probe and encodes its value as plain data,
+  7. only if all that finished, writes the values as one JSON list to the report descriptor, exits 0.
 
-Exit status 1: the code raised (a failed assert included); 3: the sandbox itself could not be set up.
+It decides nothing: the parent compares the values with the expected ones, which it never sends here.
+The report is no secret either; a program that writes one itself must compute the right values to pass.
+Exit status 1: the code raised (or a value is not plain data); 3: the sandbox itself could not be set up.
 Uses the standard library only: -S leaves site-packages out.
 """
 
 import ast
 import builtins
+import collections
 import importlib
 import io
 import json
@@ -35,6 +39,40 @@ REFUSED_OS_FUNCTIONS = (
     "setgid", "setegid", "setregid", "setresgid", "setgroups", "chroot", "unshare", "setns",
 )  # fmt: skip
 WRITING_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+# Exact types only: a subclass could redefine __eq__. Counter and defaultdict are MBPP answers (tasks 40, 653).
+DICT_TYPES = (dict, collections.Counter, collections.defaultdict, collections.OrderedDict)
+SEQUENCE_TAGS = {tuple: "tuple", set: "set", frozenset: "frozenset"}
+
+
+class NotPlainData(TypeError):
+    pass
+
+
+def encode_plain(value):
+    """`value` as JSON-ready data that says what it was; anything but plain data raises NotPlainData.
+
+    The parent's `checked_asserts.decode_plain` reads it back: lists and JSON scalars as themselves,
+    every other type as a one-key object naming it ({"tuple": [...]}, {"dict": [[k, v], ...]}, ...).
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [encode_plain(item) for item in value]
+    if kind in SEQUENCE_TAGS:
+        return {SEQUENCE_TAGS[kind]: [encode_plain(item) for item in value]}
+    if kind in DICT_TYPES:
+        return {"dict": [[encode_plain(key), encode_plain(item)] for key, item in dict.items(value)]}
+    if kind is complex:
+        return {"complex": [value.real, value.imag]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    raise NotPlainData(
+        f"a value of type {kind.__qualname__} is not plain data (None, bool, int, float, "
+        "complex, str, bytes, list, tuple, set, frozenset or dict)"
+    )
 
 
 def set_limits(spec: dict) -> None:
@@ -114,9 +152,10 @@ def drop_privileges(uid: int, gid: int) -> None:
     os.setuid(uid)  # as root this sets the real, effective and saved uid: there is no way back
     if os.getuid() != uid or os.geteuid() != uid:
         raise RuntimeError(f"could not become uid {uid}")
-    pr_set_dumpable = 4
     try:
-        ctypes.CDLL(None).prctl(pr_set_dumpable, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no set-uid program can give privileges back
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # then only the modules imported before the drop are available
 
@@ -216,23 +255,34 @@ def guard_processes_and_network() -> None:
         sys.modules[name] = None
 
 
+def prepare_workdir(spec: dict) -> None:
+    """Enter the working directory, made here under bubblewrap (a fresh /tmp) and given to the user."""
+    os.makedirs(spec["workdir"], exist_ok=True)
+    if spec["uid"] is not None:
+        os.chown(spec["workdir"], spec["uid"], spec["gid"])
+    os.chdir(spec["workdir"])
+
+
 def run(spec: dict) -> int:
-    write, exit_now = os.write, os._exit  # the code under test may replace the os module's copies
-    nonce = spec.pop("nonce")
+    # The code under test may replace these module attributes: keep the originals.
+    write, exit_now, dumps = os.write, os._exit, json.dumps
+    report_fd = spec["report_fd"]
     try:
         solution_tree = ast.parse(spec["code"], "solution.py")
-        tests_tree = ast.parse(spec["test_code"], "tests.py")
+        setup_tree = ast.parse(spec["setup"], "tests.py")
+        probe_trees = [ast.parse(probe, "tests.py", mode="eval") for probe in spec["probes"]]
         solution = compile(solution_tree, "solution.py", "exec")
-        tests = compile(tests_tree, "tests.py", "exec")
+        setup = compile(setup_tree, "tests.py", "exec")
+        probes = [compile(tree, "tests.py", "eval") for tree in probe_trees]
     except (SyntaxError, ValueError):
         traceback.print_exc()
         return EXIT_CODE_RAISED
     try:
         set_limits(spec)
-        preimport(imported_module_names(solution_tree, tests_tree))
-        if spec["uid"] is not None:
+        preimport(imported_module_names(solution_tree, setup_tree, *probe_trees))
+        if spec["pin_stdlib"]:
             keep_stdlib_importable()
-        os.chdir(spec["workdir"])
+        prepare_workdir(spec)
         if spec["uid"] is not None:
             drop_privileges(spec["uid"], spec["gid"])
         guard_writes(spec["workdir"])
@@ -243,20 +293,31 @@ def run(spec: dict) -> int:
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(solution, namespace)
-        exec(tests, namespace)
+        exec(setup, namespace)
+        # Each value is encoded as soon as it is computed, as an assert would have compared it then.
+        report = dumps([encode_plain(eval(probe, namespace)) for probe in probes]).encode()
         sys.stdout.flush()
         sys.stderr.flush()
-    except BaseException:  # SystemExit too: exiting before the tests ran is no pass
+    except BaseException:  # SystemExit too: exiting before the probes ran is no pass
         traceback.print_exc()
         return EXIT_CODE_RAISED
-    write(1, f"\n{nonce}\n".encode())
+    while report:
+        report = report[write(report_fd, report) :]
     exit_now(0)
+
+
+def keep_only_standard_streams_and(report_fd: int) -> None:
+    """Close every other inherited descriptor (bubblewrap's own, say) before any code runs."""
+    os.closerange(3, report_fd)
+    os.closerange(report_fd + 1, os.sysconf("SC_OPEN_MAX"))
 
 
 def main() -> None:
     spec = json.loads(sys.stdin.buffer.read())
+    keep_only_standard_streams_and(spec["report_fd"])
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
+    os.close(devnull)
     status = run(spec)
     try:
         sys.stdout.flush()
