@@ -11,15 +11,20 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
+.PHONY: install sandbox-tools demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	@$(MAKE) --no-print-directory sandbox-tools
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# bubblewrap isolates the MBPP sandbox; installed where apt-get can, and never failing the install.
+sandbox-tools:
+	@command -v bwrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "bubblewrap not installed: the MBPP sandbox falls back to weaker isolation (unshare namespaces, user nobody, resource limits, Python-level guards)"
 
 stage1: install
 	$(TRAIN) stage=target $(ARGS)
