@@ -38,12 +38,43 @@ def test_every_group_combination_composes():
     assert combos >= 3 * 4 * 3 * 2 + 3 * 2 * 2 * 2
 
 
+def test_every_experiment_config_composes_and_validates():
+    papers = sorted(p.stem for p in (REPO / "experiments" / "paper").glob("*.yaml"))
+    assert papers, "experiments/paper/ holds the paper's configs"
+    for paper in papers:
+        for extra in ([], ["stage=draft", "k=1.0"], ["distill=distillspec"], ["stage=ref", "seed=2"]):
+            cfg = validate(compose_config(f"paper={paper}", *extra))
+            OmegaConf.to_container(cfg, resolve=True)
+
+
 def test_top_level_k_and_gamma_reach_the_groups():
     cfg = compose_config("k=0.25", "gamma=3")
-    assert cfg.k == 0.25 and cfg.decode.gamma == 3
+    assert cfg.k == 0.25 and cfg.decode.gamma == 3 and cfg.eval.draft_ks == [0.25, 1.0]
     assert compose_config("distill=distillspec").k == 1.0
     assert compose_config("distill=adaspec").k == 0.4
     assert compose_config("distill=distillspec", "k=0.3").k == 0.3
+    # k's default is the task's, one hop away: k -> task.default_k
+    assert compose_config("task.default_k=0.3").k == 0.3
+    assert compose_config("task=mbpp").k == 0.33
+    assert compose_config("task=mbpp", "distill=distillspec").k == 1.0
+    for policy in ("fixed", "adaptive", "hf"):
+        decode = compose_config(f"decode={policy}", "gamma=7").decode
+        # the decode files set only the policy and the link to `gamma`; the schema gives the rest
+        assert (decode.policy, decode.gamma) == (policy, 7)
+        assert (decode.temperature, decode.max_new_tokens, decode.draft_quant) == (0.0, 128, "none")
+
+
+def test_paper_configs_keep_their_k_and_budget():
+    assert compose_config("paper=mbpp").k == 0.33
+    assert compose_config("paper=mbpp", "distill=distillspec").k == 1.0
+    matched = compose_config("paper=gsm8k_matched", "distill=distillspec")
+    assert (matched.k, matched.distill.budget_k, matched.distill.teacher) == (1.0, 0.4, "cache")
+    assert compose_config("paper=mbpp_matched").distill.budget_k == 0.33
+
+
+def test_unread_name_keys_are_gone():
+    cfg = compose_config()
+    assert "name" not in cfg.logger and "name" not in cfg.distill and "k_default" not in cfg.distill
 
 
 @pytest.mark.parametrize(
@@ -55,7 +86,23 @@ def test_top_level_k_and_gamma_reach_the_groups():
         ("gamma=0", "`gamma`"),
         ("stage.warmup_frac=1.2", "`stage.warmup_frac`"),
         ("task.max_length=4", "`task.max_length`"),
-        ("distill.selection=random", "`distill.selection`.*batch, sequence, global"),
+        ("gamma=33", r"`gamma`=33 is invalid: must be an integer in 1\.\.32"),
+        ("decode.gamma=0", "`decode.gamma`.*1..32"),
+        ("eval.gammas=[1,5,100]", r"`eval.gammas`=\[1, 5, 100\].*1\.\.32"),
+        ("trainer.devices=0", "`trainer.devices`=0 is invalid"),
+        ("trainer.devices=-2", "`trainer.devices`"),
+        ("trainer.devices=[]", "`trainer.devices`"),
+        ("trainer.devices=none", "`trainer.devices`"),
+        ("model.draft.hidden_size=-4", "`model.draft.hidden_size`=-4 is invalid: must be >= 1"),
+        ("model.target.num_hidden_layers=0", "`model.target.num_hidden_layers`"),
+        ("model.draft.num_attention_heads=0", "`model.draft.num_attention_heads`"),
+        ("model.target.intermediate_size=0", "`model.target.intermediate_size`"),
+        (
+            "model.draft.hidden_size=65",
+            "`model.draft.hidden_size`=65.*divisible by model.draft.num_attention_heads=2",
+        ),
+        ("decode.long_context_reduction=3", "`decode.long_context_reduction`.*1 or 2"),
+        ("stage.accumulate_grad_batches=0", "`stage.accumulate_grad_batches`"),
     ],
 )
 def test_bad_values_name_the_key(override, key):
@@ -64,11 +111,64 @@ def test_bad_values_name_the_key(override, key):
 
 
 @pytest.mark.parametrize(
+    "override, value",
+    [
+        ("trainer.devices=auto", "auto"),
+        ("trainer.devices=-1", -1),
+        ("trainer.devices=4", 4),
+        ("trainer.devices=[0,1]", [0, 1]),
+        ("gamma=32", 32),
+        ("gamma=1", 1),
+    ],
+)
+def test_edge_values_are_accepted(override, value):
+    key = override.split("=")[0]
+    cfg = validate(compose_config(override))
+    got = OmegaConf.select(cfg, key)
+    assert (OmegaConf.to_object(got) if OmegaConf.is_config(got) else got) == value
+
+
+@pytest.mark.parametrize(
+    "override, key, value",
+    [
+        ("distill.selection=global", "distill.selection", "global"),
+        ("distill.selection=sequence", "distill.selection", "sequence"),
+        ("distill.teacher=cache", "distill.teacher", "cache"),
+        ("distill.cache_mode=topk", "distill.cache_mode", "topk"),
+        ("task.kind=code", "task.kind", "code"),
+        ("model.source=pretrained", "model.source", "pretrained"),
+        ("pretrain.corpus=stdlib", "pretrain.corpus", "stdlib"),
+        ("model.attn_implementation=eager", "model.attn_implementation", "eager"),
+        ("trainer.precision=bf16-mixed", "trainer.precision", "bf16-mixed"),
+        ("trainer.precision=32", "trainer.precision", "32"),  # the command line and YAML read 32 as an int
+        ("trainer.precision=16", "trainer.precision", "16"),
+        ("logger.wandb.mode=online", "logger.wandb.mode", "online"),
+        ("stage.name=ref", "stage.name", "ref"),
+    ],
+)
+def test_choices_accept_their_values_and_compare_equal_to_strings(override, key, value):
+    chosen = OmegaConf.select(compose_config(override), key)
+    assert chosen == value and str(chosen) == value and f"{chosen}" == value
+    assert {value: True}[chosen]  # hashes as its string: dict lookups by name keep working
+
+
+@pytest.mark.parametrize(
     "override, words",
     [
         ("distill.divergence=jensen", ["distill.divergence", "forward_kl"]),
         ("distill.normalize=sum", ["distill.normalize", "all_tokens"]),
         ("decode.policy=magic", ["decode.policy", "adaptive"]),
+        ("distill.selection=glob", ["distill.selection", "[batch, sequence, global]"]),
+        ("distill.teacher=remote", ["distill.teacher", "[live, cache]"]),
+        ("distill.cache_mode=top", ["distill.cache_mode", "[exact, topk]"]),
+        ("task.kind=prose", ["task.kind", "[math, code]"]),
+        ("model.source=hub", ["model.source", "[scratch, pretrained]"]),
+        ("pretrain.corpus=web", ["pretrain.corpus", "[none, stdlib]"]),
+        ("model.attn_implementation=flash", ["model.attn_implementation", "flash_attention_2"]),
+        ("trainer.precision=8", ["trainer.precision", "bf16-mixed", "16-mixed"]),
+        ("trainer.precision=32-mixed", ["trainer.precision", "32-true"]),
+        ("logger.wandb.mode=on", ["logger.wandb.mode", "[offline, online, disabled]"]),
+        ("stage.name=final", ["stage.name", "pretrain_target"]),
         ("stage.lerning_rate=0.1", ["stage.lerning_rate"]),
         ("stage.lr=fast", ["stage.lr"]),
     ],

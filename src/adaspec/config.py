@@ -1,8 +1,9 @@
-"""Structured-config schemas, registered in Hydra's ConfigStore, and value validation.
+"""Structured-config schemas, registered in Hydra's ConfigStore, and the rules types cannot express.
 
-Types, enums and unknown keys are checked by OmegaConf when Hydra composes the config. Ranges
-(k in (0, 1], positive learning rates, ...) are checked by `validate`, which every entry point
-calls before it loads any data or model.
+Types, choices (enums) and unknown keys are checked by OmegaConf while Hydra composes the config, so
+`distill.selection=glob` fails there with the allowed values. Ranges (k in (0, 1], positive learning
+rates, ...) and rules that tie fields together are checked by `validate`, once per command: by the
+entry points (`adaspec.cli.hydra_entry`) before they load any data or model or write anything.
 """
 
 from __future__ import annotations
@@ -12,10 +13,23 @@ from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig
 
 from adaspec.decoding.config import DecodeConfig
 from adaspec.errors import UserError
+from adaspec.models.attention import check_attn_implementation
+
+
+class Choice(StrEnum):
+    """Base of the choice enums whose values are not Python names (`global` is a keyword, `32-true` has a
+    dash): OmegaConf matches a string to a member by name, so these are made with the functional API
+    and every member's name is its value. YAML and the command line read `32` as an int; it means "32"."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Choice | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls._value2member_map_.get(str(value))
+        return None
 
 
 class Divergence(StrEnum):
@@ -24,12 +38,14 @@ class Divergence(StrEnum):
     tvd = "tvd"
 
 
-class Selection(StrEnum):
-    # `global` is a Python keyword, so it cannot be an enum member name, which OmegaConf matches on;
-    # the config field is therefore a plain string checked by `validate`.
-    batch = "batch"
-    sequence = "sequence"
-    global_ = "global"
+# batch: quantile over the batch's answer tokens (the official code); sequence: per sequence; global: a
+# threshold estimated on calibration batches and refreshed during training.
+Selection = Choice("Selection", ["batch", "sequence", "global"])
+# Lightning's precision names
+Precision = Choice(
+    "Precision",
+    ["32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "32", "16", "bf16", "64"],
+)
 
 
 class Normalize(StrEnum):
@@ -37,8 +53,55 @@ class Normalize(StrEnum):
     selected_tokens = "selected_tokens"
 
 
-STAGES = ("pretrain_target", "pretrain_draft", "target", "ref", "draft")
-PRETRAIN_STAGES = ("pretrain_target", "pretrain_draft")
+class StageName(StrEnum):
+    pretrain_target = "pretrain_target"
+    pretrain_draft = "pretrain_draft"
+    target = "target"
+    ref = "ref"
+    draft = "draft"
+
+
+PRETRAIN_STAGES = (StageName.pretrain_target, StageName.pretrain_draft)
+
+
+class TaskKind(StrEnum):
+    """Selects the score and the domain strategies."""
+
+    math = "math"
+    code = "code"
+
+
+class ModelSource(StrEnum):
+    scratch = "scratch"
+    pretrained = "pretrained"
+
+
+class AttnImplementation(StrEnum):
+    auto = "auto"
+    sdpa = "sdpa"
+    eager = "eager"
+    flash_attention_2 = "flash_attention_2"
+
+
+class TeacherSource(StrEnum):
+    live = "live"  # run the target on every batch
+    cache = "cache"  # read the teacher cache (`make cache`)
+
+
+class CacheMode(StrEnum):
+    exact = "exact"  # full float16 log-probs
+    topk = "topk"  # the top `cache_topk` log-probs and the remaining mass
+
+
+class Corpus(StrEnum):
+    none = "none"
+    stdlib = "stdlib"  # adaspec.data.stdlib_corpus
+
+
+class WandbMode(StrEnum):
+    offline = "offline"
+    online = "online"
+    disabled = "disabled"
 
 
 @dataclass
@@ -53,13 +116,29 @@ class ArithConfig:
 
 @dataclass
 class DomainConfig:
-    """Domain strategies of the practice note. Off here; conf/task/<task>.yaml turns on its task's defaults
-    (documented there). Each one is ablatable on the command line, e.g. task.domain.digit_weight=1."""
+    """Domain strategies of the practice note. Off here; conf/task/<task>.yaml turns on its task's flavour
+    (math: digit and operator weights; code: whitespace tokens and API names). src/adaspec/distill/
+    token_classes.py says which tokens are digits, operators or whitespace. Each option is ablatable on
+    the command line, e.g. task.domain.digit_weight=1.
 
-    digit_weight: float = 1.0  # stages 2-3: loss weight of answer tokens that are digits (math: 2.0)
-    operator_weight: float = 1.0  # stages 2-3: loss weight of operator tokens + - * / = x (math: 1.5)
-    # stage 3: learned vector per operator type added to the draft's input rows
-    operator_embedding: bool = False
+    The weights (stages 2-3) apply to the divergence of the answer token being predicted (the label).
+    The note's "2x learning rate for numbers" is realised as a loss weight: a token's gradient scales
+    with its weight, so under SGD a weight of 2 is exactly a 2x learning rate on that token's contribution
+    (Adam keeps the ratio between tokens). The weighted sum is divided by the number of tokens (as without
+    weights: all answer tokens, or the selected ones with distill.normalize=selected_tokens), not by the
+    sum of the weights, so other tokens keep their step size and weights of 1.0 give exactly the
+    unweighted loss. Selection still ranks tokens by the unweighted dL.
+
+    operator_embedding (stage 3): a learned vector per operator type (plus, minus, times, divide, equals),
+    zero at the start, added to the draft's input-embedding rows of that type's tokens (the note's
+    "special positional encoding for operators"): a torch parametrization of the embedding weight during
+    training, merged into the plain embedding when training ends, so the saved draft is an ordinary
+    Hugging Face model.
+    """
+
+    digit_weight: float = 1.0  # stages 2-3: loss weight of tokens made only of digits ("7", " 42")
+    operator_weight: float = 1.0  # stages 2-3: loss weight of + - * / = (and "x" as times) tokens
+    operator_embedding: bool = False  # stage 3: learned vector per operator type (see above)
     keep_whitespace_tokens: bool = False  # stage 3: newline/indentation tokens are always selected (code: on)
     # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
     api_vocab_size: int = 0
@@ -79,7 +158,7 @@ DOMAIN_OPTION_STAGES = {
 @dataclass
 class TaskConfig:
     name: str = MISSING
-    kind: str = "math"  # math | code: selects the score and the domain strategies
+    kind: TaskKind = TaskKind.math
     local_dir: str | None = None  # folder of JSONL files instead of the Hugging Face Hub
     hub_path: str | None = None
     hub_name: str | None = None
@@ -89,8 +168,8 @@ class TaskConfig:
     n_test: int | None = None
     n_val: int = 64  # held-out examples (from the test split) for the validation loss
     arith: ArithConfig = field(default_factory=ArithConfig)
-    # stage 3's token-selection ratio for this task: distill=adaspec makes it the default of the top-level
-    # `k` (distill=distillspec: 1.0; `k=...` on the command line wins). MBPP: 0.33.
+    # stage 3's token-selection ratio for this task, the default of the top-level `k` (conf/config.yaml;
+    # distill=distillspec sets k=1.0 instead, and `k=...` on the command line wins). MBPP: 0.33.
     default_k: float = 0.4
     domain: DomainConfig = field(default_factory=DomainConfig)
 
@@ -106,7 +185,7 @@ class ArchConfig:
 @dataclass
 class ModelConfig:
     name: str = MISSING
-    source: str = "scratch"  # scratch | pretrained
+    source: ModelSource = ModelSource.scratch
     target: ArchConfig = field(default_factory=ArchConfig)
     draft: ArchConfig = field(default_factory=ArchConfig)
     target_path: str | None = None  # pretrained presets: Hub id or local folder
@@ -114,13 +193,13 @@ class ModelConfig:
     max_position_embeddings: int = 1024
     # auto: flash_attention_2 when the flash-attn package and a CUDA GPU are there (and training runs in
     # bf16/fp16), else sdpa. Asking for flash_attention_2 without them is an error before any model loads.
-    attn_implementation: str = "auto"
+    attn_implementation: AttnImplementation = AttnImplementation.auto
     gradient_checkpointing: bool = False  # recompute activations in the backward pass of the trained model
 
 
 @dataclass
 class StageConfig:
-    name: str = MISSING  # target | ref | draft
+    name: StageName = MISSING
     lr: float = 1e-3
     weight_decay: float = 0.0
     batch_size: int = 16
@@ -143,10 +222,8 @@ class StageConfig:
 
 @dataclass
 class DistillConfig:
-    name: str = MISSING
-    k_default: float = 0.4  # the top-level `k` defaults to this
     divergence: Divergence = Divergence.forward_kl
-    selection: str = Selection.batch.value  # batch | sequence | global
+    selection: Selection = Selection.batch  # type: ignore[valid-type]
     normalize: Normalize = Normalize.all_tokens
     refresh_every_n_steps: int = 1000  # selection=global: threshold refresh period
     calibration_batches: int = 8  # selection=global: batches used to estimate the threshold
@@ -154,8 +231,8 @@ class DistillConfig:
     # selection=batch under data parallelism: False takes the top-k quantile of each device's batch (as the
     # official code); True all-gathers dL from every device and thresholds at the quantile of the global batch.
     global_quantile: bool = False
-    teacher: str = "live"  # live: run the target every batch; cache: read the teacher cache (`make cache`)
-    cache_mode: str = "exact"  # exact: full float16 log-probs; topk: top `cache_topk` + remaining mass
+    teacher: TeacherSource = TeacherSource.live
+    cache_mode: CacheMode = CacheMode.exact
     cache_topk: int = 64
     cache_ref_kl: bool = False  # stage 3 with teacher=cache: also cache the reference's per-token KL
     # Stage 3 budget of the official AdaSPEC scripts (see adaspec.distill.budget): batch_size / budget_k
@@ -171,7 +248,7 @@ class PretrainConfig:
     corpus before the task. Its own lr, batch and epochs: the corpus is not the task, so stage.* of the
     task's stages do not apply (stage.max_steps still caps it)."""
 
-    corpus: str = "none"  # none | stdlib (adaspec.data.stdlib_corpus)
+    corpus: Corpus = Corpus.none
     max_chars: int = 3_000_000  # characters of source taken (about 1M tokens with a 4k BPE)
     block_chars: int = 1200  # characters per training example, whole lines
     n_val: int = 64  # blocks held out for the validation loss
@@ -185,10 +262,10 @@ class PretrainConfig:
 class TrainerConfig:
     _target_: str = "lightning.pytorch.Trainer"
     accelerator: str = "cpu"
-    devices: Any = 1
+    devices: Any = 1  # a number of devices, -1 or "auto" (all of them), or a list of device indices
     num_nodes: int = 1
     strategy: str = "auto"
-    precision: str = "32-true"
+    precision: Precision = Precision["32-true"]  # type: ignore[valid-type]
     # precision=16-mixed: initial dynamic loss scale (the practice note: 128; torch's default is 65536).
     fp16_init_scale: float = 128.0
     deterministic: bool = False
@@ -199,14 +276,13 @@ class TrainerConfig:
 @dataclass
 class WandbConfig:
     enabled: bool = False
-    mode: str = "offline"  # offline | online | disabled
+    mode: WandbMode = WandbMode.offline
     project: str = "adaspec"
     entity: str | None = None
 
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
 
@@ -273,175 +349,217 @@ def register_configs() -> None:
 register_configs()
 
 
+GAMMA_RANGE = (1, 32)  # draft tokens per block; beyond ~10 almost no block is accepted whole
+
+
 def _check(ok: bool, key: str, value: Any, allowed: str) -> None:
     if not ok:
+        if isinstance(value, ListConfig):
+            value = list(value)
+        elif isinstance(value, StrEnum):
+            value = str(value)
         raise UserError(f"config key `{key}`={value!r} is invalid: {allowed}")
 
 
-def validate(cfg: DictConfig) -> DictConfig:
-    """Check value ranges that the schema types cannot express. Raises UserError naming the key."""
-    # first: with distill=adaspec, k defaults to task.default_k, so a bad one would be reported as a bad k
-    dk = cfg.task.default_k
-    _check(0.0 < dk <= 1.0, "task.default_k", dk, "must be in (0, 1], e.g. 0.4")
-    _check(0.0 < cfg.k <= 1.0, "k", cfg.k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
-    _check(cfg.gamma >= 1, "gamma", cfg.gamma, "must be an integer >= 1, e.g. gamma=5")
-    st = cfg.stage
-    _check(st.name in STAGES, "stage.name", st.name, f"must be one of {', '.join(STAGES)}")
-    _check(st.lr > 0, "stage.lr", st.lr, "must be > 0")
-    _check(st.weight_decay >= 0, "stage.weight_decay", st.weight_decay, "must be >= 0")
-    _check(st.batch_size >= 1, "stage.batch_size", st.batch_size, "must be >= 1")
-    _check(st.max_epochs >= 1, "stage.max_epochs", st.max_epochs, "must be >= 1")
-    _check(st.max_steps == -1 or st.max_steps >= 1, "stage.max_steps", st.max_steps, "must be -1 or >= 1")
-    _check(0 <= st.warmup_frac < 1, "stage.warmup_frac", st.warmup_frac, "must be in [0, 1)")
-    _check(0 < st.min_lr_ratio <= 1, "stage.min_lr_ratio", st.min_lr_ratio, "must be in (0, 1]")
-    _check(
-        st.warmup_frac < st.decay_end_frac <= 1,
-        "stage.decay_end_frac",
-        st.decay_end_frac,
-        "must be in (stage.warmup_frac, 1]",
-    )
-    d = cfg.distill
-    selections = [m.value for m in Selection]
-    _check(
-        d.selection in selections, "distill.selection", d.selection, f"must be one of {', '.join(selections)}"
-    )
-    _check(
-        d.refresh_every_n_steps >= 1, "distill.refresh_every_n_steps", d.refresh_every_n_steps, "must be >= 1"
-    )
-    _check(d.calibration_batches >= 1, "distill.calibration_batches", d.calibration_batches, "must be >= 1")
-    _check(d.chunk_size >= 1, "distill.chunk_size", d.chunk_size, "must be >= 1")
-    _check(d.teacher in ("live", "cache"), "distill.teacher", d.teacher, "must be 'live' or 'cache'")
-    _check(d.cache_mode in ("exact", "topk"), "distill.cache_mode", d.cache_mode, "must be 'exact' or 'topk'")
-    _check(d.cache_topk >= 1, "distill.cache_topk", d.cache_topk, "must be >= 1")
-    _check(
-        not (d.teacher == "cache" and d.cache_mode == "topk" and d.divergence != "forward_kl"),
-        "distill.divergence",
-        d.divergence,
-        "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
-    )
-    if d.budget_k is not None:
-        _check(
-            0.0 < d.budget_k <= 1.0, "distill.budget_k", d.budget_k, "must be in (0, 1] or null (the run's k)"
-        )
-    _check(
-        not (d.cache_ref_kl and d.teacher != "cache"),
-        "distill.cache_ref_kl",
-        d.cache_ref_kl,
-        "needs distill.teacher=cache",
-    )
-    p = cfg.pretrain
-    _check(
-        p.corpus in ("none", "stdlib"),
-        "pretrain.corpus",
-        p.corpus,
-        "must be 'none' or 'stdlib' (pretrain=stdlib)",
-    )
-    if st.name in PRETRAIN_STAGES:
-        _check(
-            p.corpus != "none",
-            "pretrain.corpus",
-            p.corpus,
-            f"stage={st.name} (stage 0) needs a corpus: add pretrain=stdlib",
-        )
-    if p.corpus != "none":
-        _check(
-            cfg.model.source == "scratch",
-            "pretrain.corpus",
-            p.corpus,
-            "stage 0 is for from-scratch presets; pretrained models need pretrain=none",
-        )
-        for key in ("max_chars", "block_chars", "batch_size", "max_epochs"):
-            _check(p[key] >= 1, f"pretrain.{key}", p[key], "must be >= 1")
-        _check(p.n_val >= 1, "pretrain.n_val", p.n_val, "must be >= 1")
-        _check(p.lr > 0, "pretrain.lr", p.lr, "must be > 0")
-    t = cfg.task
-    _check(t.kind in ("math", "code"), "task.kind", t.kind, "must be 'math' or 'code'")
-    _check(t.max_length >= 16, "task.max_length", t.max_length, "must be >= 16")
-    _check(t.vocab_size >= 300, "task.vocab_size", t.vocab_size, "must be >= 300 (256 bytes + merges)")
-    dom = t.domain
-    for key in ("digit_weight", "operator_weight"):
-        _check(dom[key] > 0, f"task.domain.{key}", dom[key], "must be > 0 (1.0 turns the weighting off)")
-    _check(dom.api_vocab_size >= 0, "task.domain.api_vocab_size", dom.api_vocab_size, "must be >= 0 (0: off)")
-    m = cfg.model
-    _check(
-        m.source in ("scratch", "pretrained"), "model.source", m.source, "must be 'scratch' or 'pretrained'"
-    )
-    _check(
-        m.attn_implementation in ("auto", "sdpa", "eager", "flash_attention_2"),
-        "model.attn_implementation",
-        m.attn_implementation,
-        "must be one of auto, sdpa, eager, flash_attention_2",
-    )
-    if m.source == "pretrained":
-        for key in ("target_path", "draft_path"):
-            _check(bool(m[key]), f"model.{key}", m[key], "pretrained models need a Hub id or a local folder")
-    tr = cfg.trainer
-    precisions = (
-        "32-true",
-        "bf16-mixed",
-        "16-mixed",
-        "bf16-true",
-        "16-true",
-        "64-true",
-        "32",
-        "16",
-        "bf16",
-        "64",
-    )
-    _check(
-        str(tr.precision) in precisions,
-        "trainer.precision",
-        tr.precision,
-        f"must be one of {', '.join(precisions)}",
-    )
-    _check(tr.fp16_init_scale > 0, "trainer.fp16_init_scale", tr.fp16_init_scale, "must be > 0, e.g. 128")
-    _check(tr.num_nodes >= 1, "trainer.num_nodes", tr.num_nodes, "must be >= 1")
-    from adaspec.models.attention import check_attn_implementation
+def _in_gamma_range(gamma: int) -> bool:
+    return GAMMA_RANGE[0] <= gamma <= GAMMA_RANGE[1]
 
-    check_attn_implementation(m.attn_implementation)  # flash_attention_2 without flash-attn/CUDA: fail here
+
+def _validate_k_and_gamma(cfg: DictConfig) -> None:
+    _check(0.0 < cfg.k <= 1.0, "k", cfg.k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
+    low, high = GAMMA_RANGE
+    _check(
+        _in_gamma_range(cfg.gamma), "gamma", cfg.gamma, f"must be an integer in {low}..{high}, e.g. gamma=5"
+    )
+
+
+def _validate_task(task: DictConfig) -> None:
+    # with distill=adaspec, k defaults to task.default_k, so it comes first: a bad one is not reported as k
+    _check(0.0 < task.default_k <= 1.0, "task.default_k", task.default_k, "must be in (0, 1], e.g. 0.4")
+    _check(task.max_length >= 16, "task.max_length", task.max_length, "must be >= 16")
+    _check(task.vocab_size >= 300, "task.vocab_size", task.vocab_size, "must be >= 300 (256 bytes + merges)")
+    for key in ("digit_weight", "operator_weight"):
+        weight = task.domain[key]
+        _check(weight > 0, f"task.domain.{key}", weight, "must be > 0 (1.0 turns the weighting off)")
+    api = task.domain.api_vocab_size
+    _check(api >= 0, "task.domain.api_vocab_size", api, "must be >= 0 (0: off)")
+
+
+def _validate_model(model: DictConfig) -> None:
+    if model.source == ModelSource.pretrained:
+        for key in ("target_path", "draft_path"):
+            _check(
+                bool(model[key]),
+                f"model.{key}",
+                model[key],
+                "pretrained models need a Hub id or a local folder",
+            )
+    # from-scratch sizes (pretrained presets ignore them, but a negative size is a mistake either way)
     for role in ("target", "draft"):
-        arch = m[role]
+        arch = model[role]
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            _check(arch[key] >= 1, f"model.{role}.{key}", arch[key], "must be >= 1")
         _check(
             arch.hidden_size % arch.num_attention_heads == 0,
             f"model.{role}.hidden_size",
             arch.hidden_size,
             f"must be divisible by model.{role}.num_attention_heads={arch.num_attention_heads}",
         )
-    _check(cfg.decode.temperature >= 0, "decode.temperature", cfg.decode.temperature, "must be >= 0")
-    _check(cfg.eval.n_prompts >= 1, "eval.n_prompts", cfg.eval.n_prompts, "must be >= 1")
-    for kk in cfg.eval.draft_ks:
-        _check(0.0 < kk <= 1.0, "eval.draft_ks", list(cfg.eval.draft_ks), "every k must be in (0, 1]")
-    _check(len(cfg.eval.draft_ks) >= 1, "eval.draft_ks", list(cfg.eval.draft_ks), "name at least one k")
+    positions = model.max_position_embeddings
+    _check(positions >= 1, "model.max_position_embeddings", positions, "must be >= 1")
+    # flash_attention_2 without the flash-attn package or a CUDA GPU: fail here, before any model loads
+    check_attn_implementation(model.attn_implementation)
+
+
+def _validate_stage(stage: DictConfig) -> None:
+    _check(stage.lr > 0, "stage.lr", stage.lr, "must be > 0")
+    _check(stage.weight_decay >= 0, "stage.weight_decay", stage.weight_decay, "must be >= 0")
+    for key in ("batch_size", "max_epochs", "accumulate_grad_batches", "checkpoint_every_n_steps"):
+        _check(stage[key] >= 1, f"stage.{key}", stage[key], "must be >= 1")
     _check(
-        len(cfg.eval.draft_tags) >= 1,
-        "eval.draft_tags",
-        list(cfg.eval.draft_tags),
-        'name at least one tag ("": untagged)',
+        stage.max_steps == -1 or stage.max_steps >= 1,
+        "stage.max_steps",
+        stage.max_steps,
+        "must be -1 or >= 1",
+    )
+    _check(0 <= stage.warmup_frac < 1, "stage.warmup_frac", stage.warmup_frac, "must be in [0, 1)")
+    _check(0 < stage.min_lr_ratio <= 1, "stage.min_lr_ratio", stage.min_lr_ratio, "must be in (0, 1]")
+    _check(
+        stage.warmup_frac < stage.decay_end_frac <= 1,
+        "stage.decay_end_frac",
+        stage.decay_end_frac,
+        "must be in (stage.warmup_frac, 1]",
+    )
+    for key in ("val_every_n_steps", "monitor_every_n_steps"):
+        _check(stage[key] >= 0, f"stage.{key}", stage[key], "must be >= 0 (0: off)")
+    _check(
+        stage.monitor_prompts >= 0,
+        "stage.monitor_prompts",
+        stage.monitor_prompts,
+        "must be >= 0 (0: no monitor)",
+    )
+
+
+def _validate_distill(distill: DictConfig) -> None:
+    for key in ("refresh_every_n_steps", "calibration_batches", "chunk_size", "cache_topk"):
+        _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
+    _check(
+        not (
+            distill.teacher == TeacherSource.cache
+            and distill.cache_mode == CacheMode.topk
+            and distill.divergence != Divergence.forward_kl
+        ),
+        "distill.divergence",
+        distill.divergence,
+        "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
     )
     _check(
-        all(g >= 1 for g in cfg.eval.gammas), "eval.gammas", list(cfg.eval.gammas), "every gamma must be >= 1"
+        not (distill.cache_ref_kl and distill.teacher != TeacherSource.cache),
+        "distill.cache_ref_kl",
+        distill.cache_ref_kl,
+        "needs distill.teacher=cache",
     )
+    budget_k = distill.budget_k
+    if budget_k is not None:
+        _check(0.0 < budget_k <= 1.0, "distill.budget_k", budget_k, "must be in (0, 1] or null (the run's k)")
+
+
+def _validate_pretrain(cfg: DictConfig) -> None:
+    p, stage = cfg.pretrain, cfg.stage.name
+    if stage in PRETRAIN_STAGES:
+        _check(
+            p.corpus != Corpus.none,
+            "pretrain.corpus",
+            p.corpus,
+            f"stage={stage} (stage 0) needs a corpus: add pretrain=stdlib",
+        )
+    if p.corpus == Corpus.none:
+        return
     _check(
-        cfg.eval.gamma_sweep_prompts >= 0,
-        "eval.gamma_sweep_prompts",
-        cfg.eval.gamma_sweep_prompts,
-        "must be >= 0",
+        cfg.model.source == ModelSource.scratch,
+        "pretrain.corpus",
+        p.corpus,
+        "stage 0 is for from-scratch presets; pretrained models need pretrain=none",
     )
+    for key in ("max_chars", "block_chars", "n_val", "batch_size", "max_epochs"):
+        _check(p[key] >= 1, f"pretrain.{key}", p[key], "must be >= 1")
+    _check(p.lr > 0, "pretrain.lr", p.lr, "must be > 0")
+
+
+def _valid_devices(devices: Any) -> bool:
+    """Lightning's forms: a number of devices, -1 or "auto" (every device), device indices as a list or "0,1"."""
+    if isinstance(devices, str) and "," in devices:
+        devices = [part.strip() for part in devices.split(",") if part.strip()]
+        return bool(devices) and all(part.isdigit() for part in devices)
+    if isinstance(devices, ListConfig | list | tuple):
+        return bool(devices) and all(type(d) is int and d >= 0 for d in devices)
+    if isinstance(devices, str):
+        return devices.strip() in ("auto", "-1") or (devices.strip().isdigit() and int(devices) >= 1)
+    return type(devices) is int and (devices >= 1 or devices == -1)
+
+
+def _validate_trainer(trainer: DictConfig) -> None:
     _check(
-        cfg.eval.num_threads >= 0,
-        "eval.num_threads",
-        cfg.eval.num_threads,
-        "must be >= 0 (0: torch's default)",
+        _valid_devices(trainer.devices),
+        "trainer.devices",
+        trainer.devices,
+        "must be a number of devices >= 1, -1 or 'auto' (every device), or a non-empty list of device indices "
+        "such as [0,1]",
     )
-    _check(cfg.decode.max_new_tokens >= 1, "decode.max_new_tokens", cfg.decode.max_new_tokens, "must be >= 1")
+    _check(trainer.num_nodes >= 1, "trainer.num_nodes", trainer.num_nodes, "must be >= 1")
+    init_scale = trainer.fp16_init_scale
+    _check(init_scale > 0, "trainer.fp16_init_scale", init_scale, "must be > 0, e.g. 128")
     _check(
-        st.monitor_every_n_steps >= 0, "stage.monitor_every_n_steps", st.monitor_every_n_steps, "must be >= 0"
+        trainer.log_every_n_steps >= 1, "trainer.log_every_n_steps", trainer.log_every_n_steps, "must be >= 1"
     )
+
+
+def _validate_decode(decode: DictConfig) -> None:
+    low, high = GAMMA_RANGE
     _check(
-        st.monitor_prompts >= 0, "stage.monitor_prompts", st.monitor_prompts, "must be >= 0 (0: no monitor)"
+        _in_gamma_range(decode.gamma), "decode.gamma", decode.gamma, f"must be an integer in {low}..{high}"
     )
+    _check(decode.temperature >= 0, "decode.temperature", decode.temperature, "must be >= 0")
+    _check(decode.max_new_tokens >= 1, "decode.max_new_tokens", decode.max_new_tokens, "must be >= 1")
+    _check(decode.adaptive_window >= 1, "decode.adaptive_window", decode.adaptive_window, "must be >= 1")
+    threshold = decode.long_context_threshold
+    _check(threshold >= 1, "decode.long_context_threshold", threshold, "must be >= 1")
+    reduction = decode.long_context_reduction
+    _check(reduction in (1, 2), "decode.long_context_reduction", reduction, "must be 1 or 2")
+
+
+def _validate_eval(ev: DictConfig) -> None:
+    _check(ev.n_prompts >= 1, "eval.n_prompts", ev.n_prompts, "must be >= 1")
+    _check(len(ev.draft_ks) >= 1, "eval.draft_ks", ev.draft_ks, "name at least one k")
+    _check(
+        all(0.0 < k <= 1.0 for k in ev.draft_ks), "eval.draft_ks", ev.draft_ks, "every k must be in (0, 1]"
+    )
+    for tag, ks in ev.tag_ks.items():
+        _check(all(0.0 < k <= 1.0 for k in ks), f"eval.tag_ks.{tag}", ks, "every k must be in (0, 1]")
+    _check(len(ev.draft_tags) >= 1, "eval.draft_tags", ev.draft_tags, 'name at least one tag ("": untagged)')
+    low, high = GAMMA_RANGE
+    _check(
+        all(_in_gamma_range(g) for g in ev.gammas),
+        "eval.gammas",
+        ev.gammas,
+        f"every gamma must be in {low}..{high}",
+    )
+    sweep = ev.gamma_sweep_prompts
+    _check(sweep >= 0, "eval.gamma_sweep_prompts", sweep, "must be >= 0")
+    _check(ev.num_threads >= 0, "eval.num_threads", ev.num_threads, "must be >= 0 (0: torch's default)")
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """The ranges and cross-field rules the schema's types and enums cannot express, group by group.
+    Raises UserError naming the first bad key; returns `cfg`. Runs once per command, before anything is
+    loaded or written (see adaspec.cli)."""
+    _validate_task(cfg.task)
+    _validate_k_and_gamma(cfg)
+    _validate_stage(cfg.stage)
+    _validate_distill(cfg.distill)
+    _validate_pretrain(cfg)
+    _validate_model(cfg.model)
+    _validate_trainer(cfg.trainer)
+    _validate_decode(cfg.decode)
+    _validate_eval(cfg.eval)
     return cfg
-
-
-def to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg, resolve=True)

@@ -59,7 +59,7 @@ def select_top_k(
             rows = (sequence_ids == seq).nonzero(as_tuple=True)[0]
             mask[rows] = _top_k_mask(delta[rows], k)
         return mask
-    if mode == Selection.global_.value:
+    if mode == Selection["global"].value:  # `global` is a Python keyword: no attribute access
         if threshold is None:
             raise ValueError("selection=global needs a threshold; the ThresholdRefresh callback sets it")
         return delta >= threshold

@@ -12,8 +12,6 @@ import importlib.util
 
 from adaspec.errors import UserError
 
-CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
-
 
 def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
@@ -40,9 +38,8 @@ def check_attn_implementation(requested: str) -> None:
 
 
 def resolve_attn_implementation(requested: str, half_precision: bool = False) -> str:
-    """The implementation name Hugging Face gets: `auto` resolved for this machine and precision."""
-    if requested not in CHOICES:
-        raise UserError(f"model.attn_implementation={requested!r} is invalid: must be one of {', '.join(CHOICES)}")
+    """The implementation name Hugging Face gets: `auto` resolved for this machine and precision. The
+    choice itself is checked by the config schema (adaspec.config.AttnImplementation)."""
     if requested != "auto":
         check_attn_implementation(requested)
         return requested
