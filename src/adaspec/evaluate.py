@@ -8,22 +8,19 @@ from __future__ import annotations
 
 import os
 
-import hydra
 from omegaconf import DictConfig
 
-from adaspec.config import validate
-from adaspec.errors import reported_as_one_line
+from adaspec.cli import hydra_entry
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+@hydra_entry
 def main(cfg: DictConfig) -> None:
-    with reported_as_one_line():
-        validate(cfg)  # before the heavy imports below, so a typo is reported in a second
-        from adaspec.evaluation.run import run_evaluation
+    # imported here, after hydra_entry has validated the config: a typo is reported in a second
+    from adaspec.evaluation.run import run_evaluation
 
-        run_evaluation(cfg)
+    run_evaluation(cfg)
 
 
 if __name__ == "__main__":
