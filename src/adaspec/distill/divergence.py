@@ -47,3 +47,122 @@ def token_divergence(
     if not pieces:
         return student_logits.new_zeros(0, dtype=torch.float32)
     return torch.cat(pieces)
+
+
+# ---------------------------------------------------------------- a draft with a reduced vocabulary
+#
+# The draft has logits for N target tokens (its support S, `adaspec.models.draft_vocab`), the teacher for
+# all V. Convention (the top-K cache's, `teacher_cache.topk_forward_kl`: the teacher's mass the draft's
+# logits cannot describe is one bucket): the teacher's distribution is taken on S plus one bucket
+# holding its remaining mass p(rest) = 1 - p(S). The draft puts probability 0 on that bucket, since it
+# cannot propose those tokens, so the exact forward KL is infinite whenever p(rest) > 0. The bucket's
+# term does not depend on the draft, so it is *credited*: the draft's bucket is given the teacher's mass
+# p(rest) and its N probabilities are scaled by p(S) to stay a distribution. Then
+#
+#     forward KL = sum_{x in S} p(x) log(p(x) / (p(S) q(x))) = p(S) * KL(p(. | S) || q),
+#
+# finite, >= 0, zero exactly when the draft equals the teacher conditioned on S (EAGLE-3's draft target,
+# which renormalises the target's logits on the draft vocabulary) and equal to the full-vocabulary KL
+# when S is everything. It differs from the top-K convention's clamped bucket (q(rest) = 1e-12) only by a
+# per-token constant, so both give the same gradients; weighting by p(S) makes tokens where the teacher
+# mostly wants tokens outside S (which no draft of this vocabulary can get accepted) count less.
+# Reverse KL and total variation are finite without a convention (the draft has no mass outside S) and
+# are exact: KL(q || p) and TVD(p, q) = 1/2 (sum_S |p - q| + p(rest)), the rejection probability.
+# 0 log 0 = 0 throughout, so teacher logits of -inf give finite values (reverse KL is +inf only where
+# the teacher gives probability 0 to a token of S that the draft gives mass, as it truly is).
+
+
+def _plogp_ratio(p: torch.Tensor, log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """``p * (log_p - log_q)`` elementwise with 0 where ``p == 0`` (``log_p`` may then be -inf)."""
+    positive = p > 0
+    return torch.where(positive, p * (torch.where(positive, log_p, 0.0) - log_q), 0.0)
+
+
+def _support_chunk(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, draft_to_target: torch.Tensor, kind: str
+) -> torch.Tensor:
+    log_p = F.log_softmax(teacher_logits.float(), dim=-1).index_select(-1, draft_to_target)  # [T, N]
+    p = log_p.exp()
+    p_support = p.sum(-1)
+    log_q = F.log_softmax(student_logits.float(), dim=-1)
+    if kind == Divergence.forward_kl.value:  # p(S) * KL(p(.|S) || q)
+        return _plogp_ratio(p, log_p, log_q).sum(-1) - torch.xlogy(p_support, p_support)
+    if kind == Divergence.reverse_kl.value:  # KL(q || p), exact
+        return _plogp_ratio(log_q.exp(), log_q, log_p).sum(-1)
+    if kind == Divergence.tvd.value:  # TVD(p, q), exact
+        return 0.5 * ((p - log_q.exp()).abs().sum(-1) + (1 - p_support).clamp_min(0))
+    raise ValueError(f"unknown divergence {kind!r}; allowed: {[d.value for d in Divergence]}")
+
+
+def _in_chunks(
+    fn, per_token: tuple[torch.Tensor, ...], shared: tuple, student: torch.Tensor, chunk_size: int
+):
+    """``fn(*per_token_chunk, student_chunk, *shared)`` over chunks of tokens, checkpointed with gradients."""
+    use_checkpoint = torch.is_grad_enabled() and student.requires_grad
+    pieces = []
+    for start in range(0, student.shape[0], chunk_size):
+        args = (
+            *(t[start : start + chunk_size] for t in per_token),
+            student[start : start + chunk_size],
+            *shared,
+        )
+        pieces.append(checkpoint(fn, *args, use_reentrant=False) if use_checkpoint else fn(*args))
+    return torch.cat(pieces) if pieces else student.new_zeros(0, dtype=torch.float32)
+
+
+def support_token_divergence(
+    teacher_logits: torch.Tensor,
+    student_logits: torch.Tensor,
+    draft_to_target: torch.Tensor,
+    kind: str | Divergence = Divergence.forward_kl,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """Divergence per token, [T] float32, of a reduced-vocabulary draft's logits ``[T, N]`` from the
+    teacher's ``[T, V]``; ``draft_to_target [N]`` gives each draft logit's target id. The convention for
+    the teacher's mass outside the draft's support is in the comment above. Differentiable with respect
+    to the student only; with ``draft_to_target = arange(V)`` it equals `token_divergence`."""
+    kind = kind.value if isinstance(kind, Divergence) else str(kind)
+    draft_to_target = draft_to_target.to(teacher_logits.device)
+    return _in_chunks(
+        _support_chunk, (teacher_logits.detach(),), (draft_to_target, kind), student_logits, chunk_size
+    )
+
+
+def _support_topk_chunk(
+    top_logp: torch.Tensor,
+    top_ids: torch.Tensor,
+    rest: torch.Tensor,
+    student_logits: torch.Tensor,
+    target_to_draft: torch.Tensor,
+) -> torch.Tensor:
+    draft_ids = target_to_draft[top_ids]  # [T, K], -1 where the draft cannot propose the token
+    reachable = draft_ids >= 0
+    p = torch.where(reachable, top_logp.exp(), 0.0)
+    log_q = F.log_softmax(student_logits.float(), dim=-1)
+    log_q_top = log_q.gather(-1, draft_ids.clamp_min(0))
+    q_rest = (1 - torch.where(reachable, log_q_top.exp(), 0.0).sum(-1)).clamp_min(1e-12)
+    reachable_mass = p.sum(-1) + rest
+    kl_top = _plogp_ratio(p, top_logp, log_q_top).sum(-1)
+    kl_rest = _plogp_ratio(rest, rest.clamp_min(1e-12).log(), q_rest.log())
+    return kl_top + kl_rest - torch.xlogy(reachable_mass, reachable_mass)
+
+
+def support_topk_forward_kl(
+    top_logp: torch.Tensor,
+    top_ids: torch.Tensor,
+    rest: torch.Tensor,
+    student_logits: torch.Tensor,
+    target_to_draft: torch.Tensor,
+    chunk_size: int = 1024,
+) -> torch.Tensor:
+    """`topk_forward_kl` for a reduced-vocabulary draft, [T]: the teacher's top-K log-probabilities
+    ``top_logp [T, K]`` of target ids ``top_ids [T, K]`` and remaining mass ``rest [T]`` (the teacher
+    cache's top-K form) against the draft's logits ``[T, N]``; ``target_to_draft [V]`` maps target ids to
+    draft ids (-1 outside). Buckets: the top-K tokens in the draft's support, and the rest bucket with
+    the draft's mass on its other tokens (clamped at 1e-12 as in `topk_forward_kl`); the teacher's mass
+    on top-K tokens outside the support is credited as above. Equals `topk_forward_kl` when every top-K
+    token is in the support (with the draft's logits in draft ids)."""
+    target_to_draft = target_to_draft.to(top_ids.device)
+    return _in_chunks(
+        _support_topk_chunk, (top_logp, top_ids, rest), (target_to_draft,), student_logits, chunk_size
+    )
