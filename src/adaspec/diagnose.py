@@ -13,11 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from adaspec.config import validate
-from adaspec.errors import reported_as_one_line
+from adaspec.cli import hydra_entry
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -48,7 +46,6 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.evaluation.run import draft_name, results_dir
     from adaspec.models.build import freeze, load_model
 
-    validate(cfg)
     require_artefact(paths.target_dir(cfg), "target", "diagnose", cfg)
     require_artefact(paths.ref_dir(cfg), "ref", "diagnose", cfg)
     target_final = paths.final(paths.target_dir(cfg))
@@ -206,10 +203,9 @@ def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
     run.finish()
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+@hydra_entry
 def main(cfg: DictConfig) -> None:
-    with reported_as_one_line():
-        run_diagnosis(cfg)
+    run_diagnosis(cfg)
 
 
 if __name__ == "__main__":
