@@ -13,8 +13,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from adaspec.config import PRETRAIN_STAGES
+from adaspec.data.example import Example
 from adaspec.data.stdlib_corpus import corpus_identity, stdlib_blocks
-from adaspec.data.tasks import Example
 
 
 def uses_pretrain(cfg: DictConfig) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaspec.data.tasks import Example
+from adaspec.data.example import Example
 from adaspec.evaluation.scoring import task_metric, task_score
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaspec.data.tasks import Example
+from adaspec.data.example import Example
 from adaspec.evaluation.gsm8k_score import METRIC, exact_match, exact_match_score, extract_final_number
 
 

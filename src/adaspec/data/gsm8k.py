@@ -7,16 +7,13 @@ From the Hub (`task.hub_path`/`task.hub_name`, i.e. openai/gsm8k, config main) o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from adaspec.data.example import Example
 from adaspec.data.prompts import math_prompt, math_target
 from adaspec.data.sources import Located, load_hub_splits, read_jsonl
 from adaspec.errors import UserError
-
-if TYPE_CHECKING:  # tasks.py imports this module to register it, so Example is imported at call time
-    from adaspec.data.tasks import Example
 
 FIELDS = ("question", "answer")
 SPLITS = ("train", "test")
@@ -32,8 +29,6 @@ def final_number(answer: str, where: str) -> str:
 
 
 def to_example(located: Located) -> Example:
-    from adaspec.data.tasks import Example
-
     where, record = located
     return Example(
         prompt=math_prompt(record["question"]),

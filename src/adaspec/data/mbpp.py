@@ -8,16 +8,13 @@ exactly as the Hub splits it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from adaspec.data.example import Example
 from adaspec.data.prompts import code_prompt, code_target
 from adaspec.data.sources import Located, load_hub_splits, read_jsonl
 from adaspec.errors import UserError
-
-if TYPE_CHECKING:  # tasks.py imports this module to register it, so Example is imported at call time
-    from adaspec.data.tasks import Example
 
 FIELDS = ("task_id", "text", "code", "test_list", "test_setup_code")
 LOCAL_FILE = "mbpp.jsonl"
@@ -39,8 +36,6 @@ def checking_program(record: dict) -> str:
 
 
 def to_example(located: Located) -> Example:
-    from adaspec.data.tasks import Example
-
     where, record = located
     if not isinstance(record["test_list"], list) or not record["test_list"]:
         raise UserError(f"{where}: field 'test_list' must be a non-empty list of assert lines")

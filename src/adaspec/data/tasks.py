@@ -7,24 +7,15 @@ the pipeline never asks which task it runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from omegaconf import DictConfig
 
 from adaspec.data import arith
+from adaspec.data.example import Example
 from adaspec.data.gsm8k import load_gsm8k
 from adaspec.data.mbpp import load_mbpp
 from adaspec.data.prompts import math_prompt, math_target
 from adaspec.errors import UserError
-
-
-@dataclass(frozen=True)
-class Example:
-    prompt: str
-    target: str  # the text the model learns to produce after the prompt (EOS is added later)
-    reference: str  # what the task's score compares against: the final number, or test code
-    record: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def load_arith(task: DictConfig) -> dict[str, list[Example]]:

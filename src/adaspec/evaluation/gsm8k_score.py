@@ -5,10 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from adaspec.data.tasks import Example
+from adaspec.data.example import Example
 
 METRIC = "gsm8k/exact_match"
 ANSWER_MARKERS = ("The final answer is:", "####")
