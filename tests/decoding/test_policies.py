@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 from adaspec.decoding import (
     AdaptiveGamma,
@@ -16,8 +14,7 @@ from adaspec.decoding import (
     HFHeuristicGamma,
     build_gamma_policy,
 )
-
-CONF_DECODE = Path(__file__).resolve().parents[2] / "conf" / "decode"
+from adaspec.toolkit import compose_config
 
 
 def test_fixed():
@@ -132,10 +129,7 @@ def test_build_gamma_policy():
     ("name", "cls"), [("fixed", FixedGamma), ("adaptive", AdaptiveGamma), ("hf", HFHeuristicGamma)]
 )
 def test_config_files(name, cls):
-    raw = OmegaConf.load(CONF_DECODE / f"{name}.yaml")
-    raw.pop("defaults", None)
-    root = OmegaConf.create({"gamma": 4, "decode": OmegaConf.merge(OmegaConf.structured(DecodeConfig), raw)})
-    decode = root.decode
+    decode = compose_config(f"decode={name}", "gamma=4").decode  # real Hydra: the files' defaults lists apply
     assert decode.policy == GammaPolicy[name] and decode.gamma == 4  # `${gamma}` reads the top-level key
     assert (decode.temperature, decode.max_new_tokens, decode.adaptive_window) == (0.0, 128, 8)
     assert (decode.long_context_threshold, decode.long_context_reduction, decode.draft_quant.value) == (
