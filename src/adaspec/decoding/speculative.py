@@ -29,6 +29,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from adaspec.decoding.policies import Policy
 from adaspec.decoding.stats import BlockRecord, GenerationResult
+from adaspec.models.draft_vocab import DraftVocab, is_reduced
 
 
 @functools.cache
@@ -113,28 +114,52 @@ def _draft_proposals(
     vocab: int,
     temperature: float,
     generator: torch.Generator | None,
+    vocab_map: DraftVocab | None,
 ) -> tuple[Tensor, Tensor | None]:
     """Propose ``gamma`` tokens with the draft, one forward each; the first forward also feeds ``unseen``.
 
     Returns the proposals ``[gamma]`` and, when sampling, the draft's distributions ``[gamma, vocab]``
-    they were drawn from (``None`` when greedy).
+    they were drawn from (``None`` when greedy). Tokens are target ids throughout: a reduced-vocabulary
+    draft (``vocab_map``) reads and writes draft ids, and its distributions are scattered over the
+    target's vocabulary with probability 0 for the tokens it cannot propose.
     """
+    draft_vocab = vocab if vocab_map is None else vocab_map.size
     proposals, draft_probs = [], []
     x = unseen
     for _ in range(gamma):
-        logits = _forward(draft, x, cache, logits_to_keep=1)[-1, :vocab]
+        draft_ids = x if vocab_map is None else vocab_map.to_draft(x)
+        logits = _forward(draft, draft_ids, cache, logits_to_keep=1)[-1, :draft_vocab]
         if temperature == 0:
             token = logits.argmax(-1, keepdim=True)
         else:
             draft_probs.append(_probs(logits, temperature))
             token = torch.multinomial(draft_probs[-1], 1, generator=generator)
+        if vocab_map is not None:
+            token = vocab_map.to_target(token)
         proposals.append(token)
         x = token.view(1, 1)
     if temperature == 0:
         return torch.cat(proposals) if proposals else unseen.new_empty(0), None
     if not proposals:
         return unseen.new_empty(0), torch.zeros(0, vocab, device=unseen.device)
-    return torch.cat(proposals), torch.stack(draft_probs)
+    q = torch.stack(draft_probs)
+    return torch.cat(proposals), q if vocab_map is None else vocab_map.scatter(q)
+
+
+def _verify_width(target: PreTrainedModel, draft: PreTrainedModel, vocab_map: DraftVocab | None) -> int:
+    """How many logits of the target take part in verification (vocabularies may be padded)."""
+    if vocab_map is None:
+        if is_reduced(draft.config):
+            raise ValueError(
+                "the draft has a reduced vocabulary: pass vocab_map=load_draft_vocab(<draft folder>)"
+            )
+        return min(target.config.vocab_size, draft.config.vocab_size)
+    if draft.config.vocab_size < vocab_map.size or target.config.vocab_size < vocab_map.target_size:
+        raise ValueError(
+            f"vocab_map ({vocab_map.size} draft ids over {vocab_map.target_size} target ids) does not fit the "
+            f"draft ({draft.config.vocab_size} rows) and the target ({target.config.vocab_size} rows)"
+        )
+    return vocab_map.target_size
 
 
 class _BlockLog:
@@ -192,22 +217,28 @@ def speculative_generate(
     eos_token_id: int | None,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    vocab_map: DraftVocab | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` after ``input_ids [1, T]`` with speculative decoding.
 
     Stops after EOS (emitted, nothing after it) or exactly ``max_new_tokens`` tokens. gamma comes
     from ``gamma_policy`` (reset at the start), capped so a block emits at most the remaining
     tokens. ``generator`` (on the models' device) drives sampling when ``temperature > 0``.
+    ``vocab_map`` is required for a draft with a reduced vocabulary (`adaspec.models.draft_vocab`);
+    the output stays exact: the target verifies every token.
     """
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     start = time.perf_counter()
-    vocab = min(target.config.vocab_size, draft.config.vocab_size)  # padded vocabularies may differ
+    vocab = _verify_width(target, draft, vocab_map)
+    if vocab_map is not None:
+        vocab_map = vocab_map.to(input_ids.device)
     target_cache, draft_cache = DynamicCache(config=target.config), DynamicCache(config=draft.config)
     prompt_len = input_ids.shape[1]
     if prompt_len > 1:  # prefill all but the last prompt token; it is fed with the first block
         _forward(target, input_ids[:, :-1], target_cache, logits_to_keep=1)
-        _forward(draft, input_ids[:, :-1], draft_cache, logits_to_keep=1)
+        draft_prompt = input_ids[:, :-1] if vocab_map is None else vocab_map.to_draft(input_ids[:, :-1])
+        _forward(draft, draft_prompt, draft_cache, logits_to_keep=1)
     target_unseen = draft_unseen = input_ids[:, -1:]  # context tokens not yet in each model's cache
     gamma_policy.reset()
     log = _BlockLog(max_new_tokens, eos_token_id)
@@ -218,7 +249,7 @@ def speculative_generate(
 
         # 1. The draft proposes gamma tokens.
         proposals, draft_probs = _draft_proposals(
-            draft, draft_cache, draft_unseen, gamma, vocab, temperature, generator
+            draft, draft_cache, draft_unseen, gamma, vocab, temperature, generator, vocab_map
         )
 
         # 2. The target scores every proposal in one forward over [last context token, d_1..d_gamma].
