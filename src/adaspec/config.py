@@ -76,6 +76,18 @@ class ModelSource(StrEnum):
     pretrained = "pretrained"
 
 
+class PromptFormat(StrEnum):
+    plain = "plain"  # the prompt text as it is, the answer ended by EOS
+    chat = "chat"  # the tokenizer's chat template, the answer ended by its end-of-turn token
+
+
+class Architecture(StrEnum):
+    """Of models built from config (adaspec.models.build.scratch_model)."""
+
+    gpt_neox = "gpt_neox"
+    llama = "llama"  # tied embeddings
+
+
 class AttnImplementation(StrEnum):
     auto = "auto"
     sdpa = "sdpa"
@@ -172,10 +184,13 @@ class TaskConfig:
     # distill=distillspec sets k=1.0 instead, and `k=...` on the command line wins). MBPP: 0.33.
     default_k: float = 0.4
     domain: DomainConfig = field(default_factory=DomainConfig)
+    # adaspec.data.encoding; the model preset decides by default (model=smollm2: chat)
+    prompt_format: PromptFormat = "${model.prompt_format}"  # type: ignore[assignment]
 
 
 @dataclass
 class ArchConfig:
+    architecture: Architecture = Architecture.gpt_neox
     hidden_size: int = 64
     num_hidden_layers: int = 2
     num_attention_heads: int = 2
@@ -188,13 +203,15 @@ class ModelConfig:
     source: ModelSource = ModelSource.scratch
     target: ArchConfig = field(default_factory=ArchConfig)
     draft: ArchConfig = field(default_factory=ArchConfig)
-    target_path: str | None = None  # pretrained presets: Hub id or local folder
-    draft_path: str | None = None
+    # pretrained presets: a Hub id, a local folder, or a .gguf file (or a folder with one), converted once
+    target_path: str | None = None
+    draft_path: str | None = None  # null: the draft is built from `draft`, with the target's tokenizer
     max_position_embeddings: int = 1024
     # auto: flash_attention_2 when the flash-attn package and a CUDA GPU are there (and training runs in
     # bf16/fp16), else sdpa. Asking for flash_attention_2 without them is an error before any model loads.
     attn_implementation: AttnImplementation = AttnImplementation.auto
     gradient_checkpointing: bool = False  # recompute activations in the backward pass of the trained model
+    prompt_format: PromptFormat = PromptFormat.plain  # the default of task.prompt_format
 
 
 @dataclass
@@ -289,6 +306,7 @@ class LoggerConfig:
 @dataclass
 class PathsConfig:
     root: str = "outputs"
+    models: str = "models"  # pretrained checkpoints fetched and converted once (adaspec.models.fetch)
 
 
 @dataclass
@@ -386,14 +404,13 @@ def _validate_task(task: DictConfig) -> None:
 
 
 def _validate_model(model: DictConfig) -> None:
-    if model.source == ModelSource.pretrained:
-        for key in ("target_path", "draft_path"):
-            _check(
-                bool(model[key]),
-                f"model.{key}",
-                model[key],
-                "pretrained models need a Hub id or a local folder",
-            )
+    if model.source == ModelSource.pretrained:  # model.draft_path null: the draft is built from model.draft
+        _check(
+            bool(model.target_path),
+            "model.target_path",
+            model.target_path,
+            "pretrained models need a Hub id, a local folder or a .gguf file",
+        )
     # from-scratch sizes (pretrained presets ignore them, but a negative size is a mistake either way)
     for role in ("target", "draft"):
         arch = model[role]
