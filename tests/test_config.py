@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
@@ -25,7 +26,7 @@ def test_every_group_combination_composes():
     for task, model, stage, distill in itertools.product(*(group_options(g) for g in groups[:4])):
         overrides = [f"task={task}", f"model={model}", f"stage={stage}", f"distill={distill}"]
         if stage.startswith("pretrain"):  # stage 0: from-scratch presets with a corpus only
-            if model in ("pythia", "codegen_phi2", "smollm2"):
+            if compose_config(f"model={model}").model.source == "pretrained":
                 continue
             overrides.append("pretrain=stdlib")
         cfg = compose_config(*overrides)
@@ -36,6 +37,14 @@ def test_every_group_combination_composes():
         for option in group_options(group):
             validate(compose_config(f"{group}={option}"))
     assert combos >= 3 * 4 * 3 * 2 + 3 * 2 * 2 * 2
+
+
+def test_hydra_launcher_option_composes():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["hydra/launcher=slurm", "stage=draft"], return_hydra_config=True)
+    assert cfg.hydra.launcher.timeout_min == 720
+    assert cfg.hydra.callbacks.validate._target_ == "adaspec.cli.ValidateBeforeRun"
+    validate(cfg)
 
 
 def test_every_experiment_config_composes_and_validates():
