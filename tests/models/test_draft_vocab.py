@@ -57,6 +57,8 @@ def test_most_frequent_tokens_and_specials_are_kept():
     assert torch.equal(vocab.to_target(vocab.to_draft(ids))[inside], ids[inside])
     assert (vocab.to_draft(ids)[~inside] == vocab.fallback_draft_id).all()  # outside: the fallback token
     assert vocab.fallback_draft_id == 0
+    labels = torch.tensor([-100, 2, 4, 8, -100])
+    assert vocab.labels_to_draft(labels).tolist() == [-100, 1, -100, 4, -100]  # 4 is outside: ignored
 
 
 def test_ties_and_unseen_tokens_fill_by_lower_id():

@@ -75,6 +75,13 @@ class DraftVocab:
         draft_ids = self.target_to_draft[target_ids]
         return torch.where(draft_ids >= 0, draft_ids, self.fallback_draft_id)
 
+    def labels_to_draft(self, labels: Tensor, ignore_index: int = -100) -> Tensor:
+        """Cross-entropy labels in draft ids: ``ignore_index`` stays, tokens outside the map are ignored
+        (the draft cannot predict them; `to_draft` would turn them into the fallback token)."""
+        inside = (labels >= 0) & (labels < self.target_size)
+        draft_ids = torch.where(inside, self.target_to_draft[labels.clamp(0, self.target_size - 1)], -1)
+        return torch.where(draft_ids >= 0, draft_ids, ignore_index)
+
     def to_target(self, draft_ids: Tensor) -> Tensor:
         return self.draft_to_target[draft_ids]
 
