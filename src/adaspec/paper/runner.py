@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from adaspec import paths
+from adaspec.config import validate
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
 from adaspec.toolkit import compose_config
@@ -24,7 +25,8 @@ LOG = "paper_log.jsonl"
 
 
 def compose_step(step: Step, extra: list[str]) -> DictConfig:
-    return compose_config(*step.overrides, *extra)
+    """The step's config, validated: the steps run in this process, not through the entry points."""
+    return validate(compose_config(*step.overrides, *extra))
 
 
 def _interrupted(cfg: DictConfig) -> bool:
