@@ -19,11 +19,14 @@ class DraftQuant(StrEnum):
 
 @dataclass
 class DecodeConfig:
+    """conf/decode/<policy>.yaml sets only `policy` and links `gamma` to the top-level `gamma`; the rest
+    are these defaults (adaspec.decoding.policies says what each policy does with them)."""
+
     policy: GammaPolicy = GammaPolicy.fixed
-    gamma: int = 5
-    temperature: float = 0.0
+    gamma: int = 5  # draft tokens per block: fixed, the adaptive base, the hf start (1..32)
+    temperature: float = 0.0  # 0: greedy verification; > 0: sampling with the standard rejection rule
     max_new_tokens: int = 128
-    adaptive_window: int = 8
-    long_context_threshold: int = 2048
-    long_context_reduction: int = 1
-    draft_quant: DraftQuant = DraftQuant.none
+    adaptive_window: int = 8  # policy=adaptive: blocks in the rejection-rate window
+    long_context_threshold: int = 2048  # beyond this many context tokens, gamma is lowered ...
+    long_context_reduction: int = 1  # ... by this much (1 or 2), never below 1
+    draft_quant: DraftQuant = DraftQuant.none  # int8: also evaluate an 8-bit copy of each draft
