@@ -16,7 +16,8 @@ import torch
 from adaspec import paths
 from adaspec.artefacts import read_meta
 from adaspec.errors import UserError
-from adaspec.pipeline import build_module, run_stage
+from adaspec.pipeline import run_stage
+from adaspec.stages import STAGE_MODULES
 from tests.conftest import REPO, TINY
 
 
@@ -51,7 +52,7 @@ def test_three_stages_end_to_end(tiny_cfg):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(target))
-    students = [build_module(tiny_cfg(f"stage={s}"), tok).student for s in ("ref", "draft")]
+    students = [STAGE_MODULES[s].from_config(tiny_cfg(f"stage={s}"), tok, None).student for s in ("ref", "draft")]
     for a, b in zip(students[0].state_dict().values(), students[1].state_dict().values(), strict=True):
         assert torch.equal(a, b)
 

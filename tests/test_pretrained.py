@@ -22,7 +22,8 @@ from transformers import (
 from adaspec import paths
 from adaspec.data.tasks import load_task
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage, training_texts
+from adaspec.pipeline import run_stage
+from adaspec.stages.tokenizer import training_texts
 from tests.conftest import compose_config
 
 EOS = "<|endoftext|>"

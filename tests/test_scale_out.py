@@ -19,7 +19,8 @@ from adaspec import paths
 from adaspec.config import validate
 from adaspec.errors import UserError
 from adaspec.models.attention import resolve_attn_implementation
-from adaspec.pipeline import ensure_draft_init, run_stage
+from adaspec.pipeline import run_stage
+from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.trainer import build_trainer, total_steps, world_size
 from tests.conftest import CONF, REPO, TINY, compose_config
 

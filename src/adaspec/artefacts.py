@@ -56,15 +56,58 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def identity_files(folder: Path) -> list[str]:
+    """The files that make a saved model what it is: weights and tokenizer."""
+    return [
+        name
+        for name in sorted(os.listdir(folder))
+        if name.endswith((".safetensors", ".bin")) or name.startswith("tokenizer")
+    ]
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    return {name: _sha256(folder / name)[:16] for name in identity_files(folder)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def weights_hash(folder: Path) -> str:
     """Identity of a saved model and its tokenizer: hash of the weight and tokenizer files."""
     digest = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith((".safetensors", ".bin")) or name.startswith("tokenizer"):
-            with open(folder / name, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+    for name in identity_files(folder):
+        with open(folder / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()[:16]
+
+
+def verify_weights(folder: Path, rerun: str) -> dict[str, Any]:
+    """The artefact's meta, after checking that its weight and tokenizer files are the ones it was saved
+    with (one sha256 pass over them: about a second per 500 MB). Raises naming the changed file."""
+    meta = read_meta(folder)
+    recorded = meta.get("files", {})
+    for name, value in recorded.items():
+        if not (folder / name).is_file():
+            raise UserError(
+                f"{folder / name} is missing from the artefact; rerun {rerun} with overwrite=true"
+            )
+        if _sha256(folder / name)[:16] != value:
+            raise UserError(
+                f"{folder / name} is corrupted or was changed after training (its hash differs from "
+                f"{folder / META}); rerun {rerun} with overwrite=true"
+            )
+    if weights_hash(folder) != meta["weights"]:
+        raise UserError(
+            f"the weights in {folder} are corrupted or were changed after training (hash differs from "
+            f"{folder / META}); rerun {rerun} with overwrite=true"
+        )
+    return meta
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
@@ -92,6 +135,14 @@ def write_atomically(destination: Path, fill) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def remove_stale_temporaries(destination: Path) -> None:
+    """Delete what an interrupted `write_atomically(destination, ...)` left beside it."""
+    parent = destination.parent
+    if parent.is_dir():
+        for leftover in [*parent.glob(f".{destination.name}.tmp-*"), parent / f".{destination.name}.old"]:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def save_artefact(
     destination: Path,
     *,
@@ -115,6 +166,7 @@ def save_artefact(
             "task": cfg.task.name,
             "fingerprint": fingerprint(cfg, stage),
             "weights": weights_hash(folder),
+            "files": file_hashes(folder),
             "upstream": upstream or {},
         }
         (folder / META).write_text(json.dumps(meta, indent=2, sort_keys=True))

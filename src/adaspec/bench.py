@@ -133,7 +133,7 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     from adaspec.cache import build_cache
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
-    from adaspec.pipeline import build_module
+    from adaspec.stages import STAGE_MODULES
     from adaspec.stages.target import TargetFinetune
 
     base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
@@ -157,13 +157,14 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     }
     for name, extra in variants.items():
         started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
-        module = build_module(compose_config(*base, *extra, "overwrite=true"), tokenizer, data)
+        cfg = compose_config(*base, *extra, "overwrite=true")
+        module = STAGE_MODULES[cfg.stage.name].from_config(cfg, tokenizer, data)
         results[f"{name}/setup_s"] = time.perf_counter() - started
         module.student.train()
         results[f"{name}/step_s"] = _step_seconds(module, batches)
         if torch.cuda.is_available():
             results[f"{name}/peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    draft = build_module(cfg_live, tokenizer, data).student.train()
+    draft = STAGE_MODULES["draft"].from_config(cfg_live, tokenizer, data).student.train()
     results["plain_ce/step_s"] = _step_seconds(TargetFinetune(draft, cfg_live.stage), batches)
     for name in variants:
         results[f"{name}/steps_per_s"] = 1 / results[f"{name}/step_s"]

@@ -10,44 +10,29 @@ import os
 from pathlib import Path
 
 import hydra
+import torch
 from omegaconf import DictConfig
+from transformers import AutoTokenizer
 
+from adaspec import paths
+from adaspec.artefact_rules import cache_identity, require_artefact
 from adaspec.config import validate
+from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.tasks import load_task
+from adaspec.distill.teacher_cache import (
+    CacheSpec,
+    TeacherCache,
+    answer_counts,
+    cache_bytes,
+    write_teacher_cache,
+)
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.models.build import freeze, load_model
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def cache_identity(cfg: DictConfig, encoded) -> dict[str, str]:
-    from adaspec import paths
-    from adaspec.artefacts import read_meta
-    from adaspec.distill.teacher_cache import data_identity
-
-    return {
-        "target": read_meta(paths.final(paths.target_dir(cfg)))["weights"],
-        "task": cfg.task.name,
-        "max_length": str(cfg.task.max_length),
-        "data": data_identity(encoded),
-    }
-
-
 def build_cache(cfg: DictConfig) -> Path:
-    import torch
-    from transformers import AutoTokenizer
-
-    from adaspec import paths
-    from adaspec.data.datamodule import TaskDataModule
-    from adaspec.data.tasks import load_task
-    from adaspec.distill.teacher_cache import (
-        CacheSpec,
-        TeacherCache,
-        answer_counts,
-        cache_bytes,
-        write_teacher_cache,
-    )
-    from adaspec.models.build import freeze, load_model
-    from adaspec.pipeline import require_artefact
-
     validate(cfg)
     require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
     target_final = paths.final(paths.target_dir(cfg))
@@ -55,8 +40,12 @@ def build_cache(cfg: DictConfig) -> Path:
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     data = TaskDataModule(
-        tokenizer, load_task(cfg.task), batch_size=cfg.stage.batch_size, max_length=cfg.task.max_length,
-        n_val=cfg.task.n_val, seed=cfg.seed,
+        tokenizer,
+        load_task(cfg.task),
+        batch_size=cfg.stage.batch_size,
+        max_length=cfg.task.max_length,
+        n_val=cfg.task.n_val,
+        seed=cfg.seed,
     )
     encoded = data.train_set + data.val_set  # the training split and the validation examples
     identity = cache_identity(cfg, encoded)
@@ -72,9 +61,17 @@ def build_cache(cfg: DictConfig) -> Path:
         target = target.cuda()
     rows = int(answer_counts(encoded).sum())
     size = cache_bytes(rows, target.config.vocab_size, spec)
-    print(f"[adaspec] cache: {spec.name} teacher signal for {rows} answer tokens, {size / 2**20:.1f} MiB -> {folder}")
+    print(
+        f"[adaspec] cache: {spec.name} teacher signal for {rows} answer tokens, {size / 2**20:.1f} MiB -> {folder}"
+    )
     return write_teacher_cache(
-        target, encoded, folder, spec, identity, batch_size=cfg.stage.batch_size, pad_id=tokenizer.pad_token_id
+        target,
+        encoded,
+        folder,
+        spec,
+        identity,
+        batch_size=cfg.stage.batch_size,
+        pad_id=tokenizer.pad_token_id,
     )
 
 

@@ -18,6 +18,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+CHECKPOINTS = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+
 
 def _model_root(cfg: DictConfig) -> Path:
     return Path(cfg.paths.root) / cfg.task.name / cfg.model.name
@@ -71,6 +74,16 @@ def stage_dir(cfg: DictConfig) -> Path:
 
 def final(stage_folder: Path) -> Path:
     return stage_folder / "final"
+
+
+def run_record(stage_folder: Path) -> Path:
+    """The fingerprint of the run that writes a stage's checkpoints (a resume must match it)."""
+    return stage_folder / "run.json"
+
+
+def last_checkpoint(stage_folder: Path) -> Path:
+    """Lightning's latest checkpoint of a stage (a folder under DeepSpeed)."""
+    return stage_folder / CHECKPOINTS / LAST_CHECKPOINT
 
 
 def teacher_cache_dir(cfg: DictConfig) -> Path:

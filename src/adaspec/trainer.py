@@ -15,18 +15,19 @@ Trainer arguments are consumed here:
 from __future__ import annotations
 
 import math
+import resource
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-CHECKPOINTS = "checkpoints"
-LAST_CHECKPOINT = "last.ckpt"
+from adaspec.callbacks.step_checkpoint import StepCheckpoint
+from adaspec.paths import CHECKPOINTS, LAST_CHECKPOINT
+from adaspec.resumable_csv import ResumableCSVLogger
 
 
 def world_size(trainer: DictConfig) -> int:
@@ -56,8 +57,15 @@ def total_steps(stage: DictConfig, n_train: int, world: int = 1) -> int:
     return steps_per_epoch(stage, n_train, world) * stage.max_epochs
 
 
-def build_loggers(cfg: DictConfig, folder: Path, run_name: str) -> list[Logger]:
-    loggers: list[Logger] = [CSVLogger(save_dir=str(folder), name="logs", version="")]
+def build_loggers(
+    cfg: DictConfig, folder: Path, run_name: str, resume_step: int | None = None
+) -> list[Logger]:
+    """`logs/metrics.csv` (continued from `resume_step` when resuming) and W&B when it is on."""
+    loggers: list[Logger] = [
+        ResumableCSVLogger(
+            save_dir=str(folder), name="logs", version="", flush_logs_every_n_steps=1, resume_step=resume_step
+        )
+    ]
     wb = cfg.logger.wandb
     if wb.enabled and wb.mode != "disabled":
         loggers.append(
@@ -96,7 +104,11 @@ def _strategy_and_plugins(trainer: dict[str, Any], init_scale: float, student) -
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
         blocks = set(getattr(student, "_no_split_modules", None) or [])
-        wrap = {type(m) for m in student.modules() if type(m).__name__ in blocks} if student is not None else set()
+        wrap = (
+            {type(m) for m in student.modules() if type(m).__name__ in blocks}
+            if student is not None
+            else set()
+        )
         strategy = FSDPStrategy(auto_wrap_policy=wrap or None, state_dict_type="full")
         if fp16:
             trainer["precision"] = None  # given by the plugin
@@ -111,7 +123,9 @@ def _strategy_and_plugins(trainer: dict[str, Any], init_scale: float, student) -
 
         device = "cpu" if trainer.get("accelerator") == "cpu" else "cuda"
         trainer["precision"] = None  # given by the plugin
-        return strategy, [MixedPrecision("16-mixed", device, torch.amp.GradScaler(device, init_scale=init_scale))]
+        return strategy, [
+            MixedPrecision("16-mixed", device, torch.amp.GradScaler(device, init_scale=init_scale))
+        ]
     return strategy, []
 
 
@@ -122,21 +136,17 @@ def build_trainer(
     run_name: str,
     callbacks: list[pl.Callback] | None = None,
     module: pl.LightningModule | None = None,
+    resume_step: int | None = None,
 ) -> pl.Trainer:
-    """The stage's Trainer. `module` (the stage module) names the transformer blocks FSDP wraps."""
+    """The stage's Trainer. `module` (the stage module) names the transformer blocks FSDP wraps;
+    `resume_step`: the logging step of the checkpoint a resumed run continues from."""
     st = cfg.stage
     world = world_size(cfg.trainer)
     steps = total_steps(st, n_train, world)
     trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     init_scale = float(trainer_kwargs.pop("fp16_init_scale", 128.0))
     strategy, plugins = _strategy_and_plugins(trainer_kwargs, init_scale, getattr(module, "student", None))
-    checkpointing = ModelCheckpoint(
-        dirpath=str(folder / CHECKPOINTS),
-        filename="step{step}",
-        save_last=True,
-        save_top_k=0,
-        every_n_train_steps=st.checkpoint_every_n_steps,
-    )
+    checkpointing = StepCheckpoint(folder / CHECKPOINTS / LAST_CHECKPOINT, st.checkpoint_every_n_steps)
     trainer = instantiate(
         trainer_kwargs,
         strategy=strategy,
@@ -148,14 +158,24 @@ def build_trainer(
         val_check_interval=st.val_every_n_steps if st.val_every_n_steps > 0 else 1.0,
         check_val_every_n_epoch=None if st.val_every_n_steps > 0 else 1,
         num_sanity_val_steps=0,
-        logger=build_loggers(cfg, folder, run_name),
+        logger=build_loggers(cfg, folder, run_name, resume_step),
         callbacks=[checkpointing, *(callbacks or [])],
+        enable_checkpointing=False,  # StepCheckpoint writes the only checkpoint
         default_root_dir=str(folder),
         enable_model_summary=False,
     )
     if trainer.world_size != world:
-        raise RuntimeError(f"expected {world} processes from cfg.trainer, Lightning counts {trainer.world_size}")
+        raise RuntimeError(
+            f"expected {world} processes from cfg.trainer, Lightning counts {trainer.world_size}"
+        )
     return trainer
+
+
+def peak_memory_mb() -> float:
+    """Peak GPU memory allocated by torch, or on CPU the process's peak resident set size."""
+    if torch.cuda.is_available() and torch.cuda.max_memory_allocated() > 0:
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def full_student_state(trainer: pl.Trainer, module: pl.LightningModule) -> dict[str, torch.Tensor] | None:
@@ -167,7 +187,11 @@ def full_student_state(trainer: pl.Trainer, module: pl.LightningModule) -> dict[
     strategy = trainer.strategy
     if isinstance(strategy, FSDPStrategy):
         prefix = "student."
-        return {k[len(prefix) :]: v for k, v in strategy.lightning_module_state_dict().items() if k.startswith(prefix)}
+        return {
+            k[len(prefix) :]: v
+            for k, v in strategy.lightning_module_state_dict().items()
+            if k.startswith(prefix)
+        }
     if isinstance(strategy, DeepSpeedStrategy) and strategy.zero_stage_3:
         import deepspeed
 
@@ -177,3 +201,10 @@ def full_student_state(trainer: pl.Trainer, module: pl.LightningModule) -> dict[
                 return {}
             return {k: v.detach().cpu().clone() for k, v in student.state_dict().items()}
     return None
+
+
+def checkpoint_log_step(path: Path) -> int:
+    """The first logging step of a run resumed from this checkpoint (Lightning adds one to the count of
+    batches that stepped it records; see adaspec.callbacks.step_checkpoint)."""
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return int(state["loops"]["fit_loop"]["epoch_loop.state_dict"]["_batches_that_stepped"]) + 1

@@ -10,7 +10,8 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from adaspec.data.encoding import Encoded, collate, encode_example
-from adaspec.data.tasks import Example
+from adaspec.data.example import Example
+from adaspec.data.resumable_shuffle import ResumableShuffle
 
 
 def encode_all(
@@ -50,7 +51,22 @@ class TaskDataModule(pl.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle_seed=self.seed)
+        """Shuffled with the run's seed. In a single-process run resumed from a checkpoint it starts after
+        the batches the checkpoint had trained on, in the uninterrupted run's order (a data-parallel run
+        gets Lightning's distributed sampler instead, which restarts the epoch)."""
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            return self._loader(self.train_set, shuffle_seed=self.seed)
+        sampler = ResumableShuffle(len(self.train_set), self.seed)
+        if trainer is not None and trainer.global_step > 0:
+            sampler.skip_batches(trainer.global_step * trainer.accumulate_grad_batches, self.batch_size)
+        return DataLoader(
+            self.train_set,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            generator=torch.Generator(),  # the loader's own seed draw must not touch the global generator
+            collate_fn=partial(collate, pad_id=self.pad_id),
+        )
 
     def calibration_dataloader(self, seed: int = 12345) -> DataLoader:
         """Training batches in an order of their own, for estimating statistics without moving the

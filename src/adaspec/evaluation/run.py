@@ -30,6 +30,7 @@ from transformers import AutoTokenizer
 
 import adaspec
 from adaspec import paths
+from adaspec.artefact_rules import require_artefact
 from adaspec.artefacts import read_meta
 from adaspec.config import validate
 from adaspec.data.tasks import Example, load_task
@@ -57,7 +58,6 @@ from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
 from adaspec.models.build import load_model, n_params
-from adaspec.pipeline import require_artefact
 from adaspec.toolkit import device_for, tokenize_prompts
 
 

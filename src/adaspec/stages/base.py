@@ -8,13 +8,22 @@ from functools import partial
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from adaspec.data.datamodule import TaskDataModule
+from adaspec.models.attention import resolve_attn_implementation
 from adaspec.stages.schedule import lr_multiplier
+from adaspec.trainer import is_half
+
+
+def attn_implementation(cfg: DictConfig) -> str:
+    """The attention kernel of every model a stage loads (`auto` resolved for this machine and precision)."""
+    return resolve_attn_implementation(cfg.model.attn_implementation, is_half(cfg.trainer.precision))
 
 
 class StageModule(pl.LightningModule):
-    """Base of the three stages. Subclasses implement `loss(batch) -> (loss, metrics)` and `val_metrics`.
+    """Base of the stages. Subclasses implement `from_config` (build the stage's models from the config),
+    `loss(batch) -> (loss, metrics)` and `val_metrics`, and may add `callbacks`.
 
     Only `self.student` is registered as a submodule, so only it is optimised and checkpointed;
     frozen teachers live in `self.frozen` (a plain dict), in eval mode and without gradients.
@@ -27,12 +36,24 @@ class StageModule(pl.LightningModule):
     and sharding them would add an all-gather of weights that never change to every forward.
     """
 
-    def __init__(self, student: PreTrainedModel, stage: DictConfig, frozen: dict[str, PreTrainedModel] | None = None):
+    def __init__(
+        self, student: PreTrainedModel, stage: DictConfig, frozen: dict[str, PreTrainedModel] | None = None
+    ):
         super().__init__()
         self.student = student
         self.stage_cfg = stage
         self.frozen = frozen or {}
         self._step_started: float | None = None
+
+    @classmethod
+    def from_config(
+        cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule
+    ) -> StageModule:
+        raise NotImplementedError
+
+    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+        """The Lightning callbacks this stage trains with, besides checkpointing."""
+        return []
 
     def on_fit_start(self) -> None:
         dtype = next((p.dtype for p in self.student.parameters() if p.is_floating_point()), None)
@@ -70,7 +91,9 @@ class StageModule(pl.LightningModule):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         for name, value in self.val_metrics(batch).items():
-            self.log(f"val/{name}", value, batch_size=batch["input_ids"].shape[0], prog_bar=True, sync_dist=True)
+            self.log(
+                f"val/{name}", value, batch_size=batch["input_ids"].shape[0], prog_bar=True, sync_dist=True
+            )
 
     def configure_optimizers(self):
         st = self.stage_cfg

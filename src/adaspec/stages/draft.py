@@ -4,16 +4,24 @@ dL = L_draft - L_ref, the tokens where the draft lags furthest behind what the r
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from adaspec import paths
+from adaspec.callbacks.selection_stats import SelectionStats
+from adaspec.callbacks.threshold import ThresholdRefresh
 from adaspec.config import Normalize
+from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.selection import select_top_k, threshold_for_fraction
+from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
-from adaspec.models.operator_embedding import merge_parametrizations
-from adaspec.stages.ref import ReferenceDistill
+from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
+from adaspec.stages.base import attn_implementation
+from adaspec.stages.ref import ReferenceDistill, distillation_models
+from adaspec.stages.teachers import cached_ref_kl, frozen_artefact
 
 
 class SelectiveDistill(ReferenceDistill):
@@ -34,34 +42,88 @@ class SelectiveDistill(ReferenceDistill):
         `always_keep` [V] bool: label token ids selected whatever their dL (task.domain.keep_whitespace_tokens),
         in addition to the top-k, which still ranks every token by the unweighted dL."""
         frozen = {"reference": reference} if reference is not None else {}
-        super().__init__(student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights)
+        super().__init__(
+            student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights
+        )
         self.register_buffer("always_keep", always_keep, persistent=False)
         self.ref_kl = ref_kl
         self.k = k
         self.threshold: float | None = None  # selection=global: set by the ThresholdRefresh callback
 
+    @classmethod
+    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        teacher, target, student = distillation_models(cfg, tokenizer, data)
+        domain = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name)  # loss weights, kept tokens
+        if domain.operator_types is not None:
+            add_operator_embedding(student, domain.operator_types)
+        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
+        reference = (
+            None if ref_kl is not None else frozen_artefact(paths.ref_dir(cfg), attn_implementation(cfg))
+        )
+        return cls(
+            student,
+            cfg.stage,
+            cfg.distill,
+            target,
+            reference,
+            cfg.k,
+            teacher=teacher,
+            ref_kl=ref_kl,
+            token_weights=domain.token_weights,
+            always_keep=domain.always_keep,
+        )
+
+    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+        """Threshold refresh (selection=global), selection statistics, then the reference's acceptance
+        monitor."""
+        callbacks: list[pl.Callback] = []
+        if cfg.distill.selection == "global" and cfg.k < 1:
+            callbacks.append(
+                ThresholdRefresh(
+                    data.calibration_dataloader(),
+                    cfg.distill.calibration_batches,
+                    cfg.distill.refresh_every_n_steps,
+                )
+            )
+        # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
+        callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
+        return callbacks + super().callbacks(cfg, data)
+
     def token_deltas(self, batch: dict[str, torch.Tensor]):
         """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1])."""
         kl_draft, signal, mask = self.student_divergence(batch)
-        if self.ref_kl is not None:  # cached per-token KL of the frozen reference, aligned with the teacher cache
-            kl_ref = torch.from_numpy(np.asarray(self.ref_kl[signal.rows], dtype=np.float32)).to(kl_draft.device)
+        if (
+            self.ref_kl is not None
+        ):  # cached per-token KL of the frozen reference, aligned with the teacher cache
+            kl_ref = torch.from_numpy(np.asarray(self.ref_kl[signal.rows], dtype=np.float32)).to(
+                kl_draft.device
+            )
         else:
             with torch.no_grad():
-                kl_ref = self.teacher.divergence(signal, self._answer_logits(self.frozen["reference"], batch, mask))
+                kl_ref = self.teacher.divergence(
+                    signal, self._answer_logits(self.frozen["reference"], batch, mask)
+                )
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
     def loss(self, batch):
         kl_draft, delta, mask = self.token_deltas(batch)
         sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
         mode, cut = self.distill_cfg.selection, self.threshold
-        if mode == "batch" and self.distill_cfg.get("global_quantile", False) and self.k < 1 and _world_size() > 1:
+        if (
+            mode == "batch"
+            and self.distill_cfg.get("global_quantile", False)
+            and self.k < 1
+            and _world_size() > 1
+        ):
             mode, cut = "global", self.global_batch_threshold(delta)  # top-k over every device's tokens
         ranked = select_top_k(delta, self.k, mode, sequence_ids, cut)
         selected = ranked
         if self.always_keep is not None:
             selected = ranked | self.always_keep[answer_targets(batch["labels"], mask)]
         self.last_selection = (mask, selected)  # read by callbacks that count selected tokens
-        denominator = kl_draft.numel() if self.distill_cfg.normalize == Normalize.all_tokens.value else selected.sum()
+        denominator = (
+            kl_draft.numel() if self.distill_cfg.normalize == Normalize.all_tokens.value else selected.sum()
+        )
         weights = self.answer_weights(batch, mask)
         per_token = kl_draft * selected if weights is None else kl_draft * selected * weights
         loss = per_token.sum() / max(int(denominator), 1)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from adaspec import paths
+from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
+from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.teacher import LiveTeacher
+from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
-from adaspec.stages.base import StageModule
+from adaspec.models.build import load_model
+from adaspec.stages.base import StageModule, attn_implementation
+from adaspec.stages.draft_init import ensure_draft_init
+from adaspec.stages.teachers import cached_teacher, frozen_artefact
 
 
 class ReferenceDistill(StageModule):
@@ -31,7 +39,29 @@ class ReferenceDistill(StageModule):
         self.teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size)
         self.register_buffer("token_weights", token_weights, persistent=False)
 
-    def _answer_logits(self, model: PreTrainedModel, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+    @classmethod
+    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        teacher, target, student = distillation_models(cfg, tokenizer, data)
+        weights = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name).token_weights
+        return cls(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=weights)
+
+    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+        """The acceptance monitor: real speculative decoding against the target every n steps."""
+        prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
+        if cfg.stage.monitor_every_n_steps <= 0 or not prompts:
+            return []
+        eos = self.student.config.eos_token_id
+        monitor = AcceptanceMonitor(
+            prompts,
+            every_n_steps=cfg.stage.monitor_every_n_steps,
+            gamma=cfg.decode.gamma,
+            eos_token_id=eos[0] if isinstance(eos, list) else eos,
+        )
+        return [monitor]
+
+    def _answer_logits(
+        self, model: PreTrainedModel, batch: dict[str, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         return answer_logits(logits, mask)
 
@@ -59,3 +89,15 @@ class ReferenceDistill(StageModule):
     def val_metrics(self, batch):
         kl, _, _ = self.student_divergence(batch)
         return {"kl": kl.mean()}
+
+
+def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+    """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
+    target is loaded only for the acceptance monitor, which decodes with it. The student starts from the
+    seed's draft initialisation."""
+    attn = attn_implementation(cfg)
+    teacher = cached_teacher(cfg, data)
+    needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0
+    target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
+    student = load_model(ensure_draft_init(cfg, tokenizer), attn)
+    return teacher, target, student

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 
 
-def lr_multiplier(step: int, total_steps: int, warmup_frac: float, min_lr_ratio: float, decay_end_frac: float) -> float:
+def lr_multiplier(
+    step: int, total_steps: int, warmup_frac: float, min_lr_ratio: float, decay_end_frac: float
+) -> float:
     """Factor applied to the peak learning rate at optimiser step `step` (0-based)."""
     warmup = round(warmup_frac * total_steps)
     decay_end = max(warmup + 1, round(decay_end_frac * total_steps))

@@ -4,12 +4,40 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig
+from transformers import PreTrainedTokenizerBase
 
+from adaspec import paths
+from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
-from adaspec.stages.base import StageModule
+from adaspec.models.build import load_model, pretrained_tokenizer, resize_embeddings, scratch_model
+from adaspec.pretrain import uses_pretrain
+from adaspec.stages.base import StageModule, attn_implementation
 
 
 class TargetFinetune(StageModule):
+    @classmethod
+    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        """From stage 0's target, a pretrained model (embeddings resized for the tokens the tokenizer
+        gained), or random weights."""
+        attn = attn_implementation(cfg)
+        if uses_pretrain(cfg):
+            student = load_model(paths.final(paths.pretrain_target_dir(cfg)), attn)
+        elif cfg.model.source == "pretrained":
+            n_added = pretrained_tokenizer(cfg.model.target_path)[1]
+            student = resize_embeddings(load_model(cfg.model.target_path, attn), tokenizer, n_added)
+        else:
+            student = scratch_model(
+                cfg.model.target,
+                vocab_size=padded_vocab_size(tokenizer),
+                max_positions=cfg.model.max_position_embeddings,
+                seed=cfg.target_seed,
+                tokenizer=tokenizer,
+                attn_implementation=attn,
+            )
+        return cls(student, cfg.stage)
+
     def _cross_entropy(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.student(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         mask = answer_mask(batch["labels"])

@@ -1,0 +1,119 @@
+"""The rules about stage artefacts that every command shares: which upstream artefacts a stage needs
+(and the `make` command that produces each), whether a stage's own artefact is already done, and
+the identity of a teacher cache.
+
+Imports nothing from training, so evaluation, the cache and diagnostics can use it without loading
+Lightning.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from adaspec import paths
+from adaspec.artefacts import fingerprint, read_meta, verify_weights
+from adaspec.distill.teacher_cache import data_identity
+from adaspec.errors import UserError
+from adaspec.pretrain import uses_pretrain
+
+MAKE_HINT = {
+    "pretrain_target": "python -m adaspec.train pretrain=stdlib stage=pretrain_target",
+    "pretrain_draft": "python -m adaspec.train pretrain=stdlib stage=pretrain_draft",
+    "target": "make stage1 (python -m adaspec.train stage=target)",
+    "ref": "make stage2 (python -m adaspec.train stage=ref)",
+    "draft": "make stage3 (python -m adaspec.train stage=draft)",
+}
+
+
+def require_artefact(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:
+    """The meta of `stage`'s finished artefact in `folder`, its files checked against the hashes it was
+    saved with; raises with the command that makes it."""
+    final = paths.final(folder)
+    rerun = f"`{MAKE_HINT[stage]} task={cfg.task.name} model={cfg.model.name}{extra_args}`"
+    if not (final / "meta.json").is_file():
+        raise UserError(
+            f"stage {needed_by} needs the {stage} artefact {final}, which does not exist; make it first with "
+            f"{rerun} and the same seeds"
+        )
+    return verify_weights(final, rerun)
+
+
+def check_upstream(cfg: DictConfig) -> dict[str, str]:
+    """The upstream artefacts this stage trains from, as {name: weights hash}; raises if any is missing."""
+    stage = cfg.stage.name
+    if stage == "pretrain_target":
+        return {}
+    if stage == "pretrain_draft" or (stage == "target" and uses_pretrain(cfg)):
+        meta = require_artefact(
+            paths.pretrain_target_dir(cfg), "pretrain_target", stage, cfg, " pretrain=stdlib"
+        )
+        return {"pretrain_target": meta["weights"]}
+    if stage == "target":
+        return {}
+    upstream = {"target": require_artefact(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
+    if stage == "draft":
+        ref_meta = require_artefact(paths.ref_dir(cfg), "ref", stage, cfg)
+        init_meta = verify_weights(paths.final(paths.draft_init_dir(cfg)), "`make stage2`")
+        if ref_meta["upstream"].get("target") != upstream["target"]:
+            raise UserError(
+                f"the reference {paths.final(paths.ref_dir(cfg))} was distilled from another target than "
+                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
+            )
+        if ref_meta["upstream"].get("draft_init") != init_meta["weights"]:
+            raise UserError(
+                f"the reference {paths.final(paths.ref_dir(cfg))} did not start from the draft initialisation "
+                f"{paths.final(paths.draft_init_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
+            )
+        upstream["ref"] = ref_meta["weights"]
+        upstream["draft_init"] = init_meta["weights"]
+    return upstream
+
+
+def check_not_done(cfg: DictConfig, folder: Path) -> bool:
+    """True when a finished artefact of this config exists (nothing to do, with or without resume=true);
+    raises when the artefact, or the checkpoint a resume would continue, was made with another config."""
+    final, last = paths.final(folder), paths.last_checkpoint(folder)
+    wanted = fingerprint(cfg, cfg.stage.name)
+    if cfg.overwrite:
+        return False
+    if (final / "meta.json").is_file():
+        if read_meta(final)["fingerprint"] == wanted:
+            return True
+        raise UserError(
+            f"{final} exists and was trained with a different config; pass overwrite=true to replace it, "
+            f"or set stage.tag=<name> to keep both"
+        )
+    if last.exists() and not cfg.resume:
+        raise UserError(
+            f"an interrupted run left {last}; pass resume=true to continue it or overwrite=true to start over"
+        )
+    if last.exists() and started_fingerprint(folder) != wanted:
+        raise UserError(
+            f"the interrupted run in {folder} was trained with a different config; resume it with that config, "
+            f"pass overwrite=true to replace it, or set stage.tag=<name> to keep both"
+        )
+    return False
+
+
+def started_fingerprint(folder: Path) -> str | None:
+    record = paths.run_record(folder)
+    return json.loads(record.read_text())["fingerprint"] if record.is_file() else None
+
+
+def record_run_start(cfg: DictConfig, folder: Path) -> None:
+    """Note which config writes this stage's checkpoints, for `check_not_done` to compare a resume with."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths.run_record(folder).write_text(json.dumps({"fingerprint": fingerprint(cfg, cfg.stage.name)}) + "\n")
+
+
+def cache_identity(cfg: DictConfig, encoded) -> dict[str, str]:
+    """What a teacher cache was computed from: the target's weights, the task and its tokenised data."""
+    return {
+        "target": read_meta(paths.final(paths.target_dir(cfg)))["weights"],
+        "task": cfg.task.name,
+        "max_length": str(cfg.task.max_length),
+        "data": data_identity(encoded),
+    }

@@ -1,0 +1,46 @@
+"""Which tokenizer a stage uses: the stage that makes it trains it (or takes a pretrained model's);
+every later stage reads it from that artefact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from adaspec import paths
+from adaspec.data.example import Example
+from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
+from adaspec.models.build import pretrained_tokenizer
+from adaspec.pretrain import uses_pretrain
+
+
+def training_texts(examples: list[Example]) -> list[str]:
+    """The text a from-scratch tokenizer is trained on: each example's prompt and answer."""
+    return [e.prompt + e.target for e in examples]
+
+
+def tokenizer_home(cfg: DictConfig) -> Path | None:
+    """The artefact whose tokenizer this stage uses; None for the stage that makes it (stage 1, or stage 0
+    with pretrain=stdlib)."""
+    stage, pretrain = cfg.stage.name, uses_pretrain(cfg)
+    if stage == "pretrain_target" or (stage == "target" and not pretrain):
+        return None
+    if stage == "pretrain_draft" or stage == "target":
+        return paths.final(paths.pretrain_target_dir(cfg))
+    return paths.final(paths.target_dir(cfg))
+
+
+def load_tokenizer(
+    cfg: DictConfig, splits: dict[str, list[Example]], corpus: list[str] = ()
+) -> PreTrainedTokenizerBase:
+    """Stage 1 (stage 0 with pretrain=stdlib) trains the tokenizer, on the task's training text and stage
+    0's `corpus`, or loads a pretrained model's; later stages read it from that artefact."""
+    home = tokenizer_home(cfg)
+    if home is not None:
+        return AutoTokenizer.from_pretrained(str(home))
+    if cfg.model.source == "pretrained":
+        return pretrained_tokenizer(cfg.model.target_path)[0]  # with a pad token added if it had none
+    texts = training_texts(splits["train"]) + list(corpus)
+    api_names = frequent_dotted_names([e.target for e in splits["train"]], cfg.task.domain.api_vocab_size)
+    return train_bpe_tokenizer(texts, cfg.task.vocab_size, added_tokens=api_names)

@@ -1,0 +1,135 @@
+"""Resume: a stage killed mid-epoch and resumed equals the uninterrupted run; a resume never continues or
+rewrites a run of another config; a corrupted artefact is refused by name."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch.utils.data import DataLoader
+
+from adaspec import paths
+from adaspec.artefact_rules import require_artefact
+from adaspec.data.resumable_shuffle import ResumableShuffle
+from adaspec.errors import UserError
+from adaspec.pipeline import run_stage
+from tests.conftest import REPO, TINY
+
+# 2 epochs of 13 batches; a checkpoint every 4 steps, so the kill lands mid-epoch
+RUN = [
+    *TINY,
+    "stage=target",
+    "task.arith.n_train=100",
+    "stage.max_steps=-1",
+    "stage.max_epochs=2",
+    "stage.checkpoint_every_n_steps=4",
+    "stage.val_every_n_steps=0",
+]
+TIMING_COLUMNS = ("train/tokens_per_s",)
+
+
+def train(root: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "adaspec.train", *RUN, f"paths.root={root}", *extra]
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> None:
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+
+
+def kill_after_checkpoint(process: subprocess.Popen, checkpoint: Path) -> None:
+    """SIGKILL from outside as soon as the first checkpoint is on disk (the run is then mid-epoch 0)."""
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def metrics_rows(stage_folder: Path) -> list[dict[str, str]]:
+    with open(stage_folder / "logs" / "metrics.csv", newline="") as fh:
+        return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(fh)]
+
+
+def test_the_sampler_replays_the_shuffled_loader_from_any_batch():
+    n, batch, seed = 37, 5, 3
+    plain = DataLoader(list(range(n)), batch_size=batch, shuffle=True, generator=torch.Generator().manual_seed(seed))
+    expected = [b.tolist() for _ in range(3) for b in plain]
+    for skipped in (0, 3, 8, 9, 17):
+        sampler = ResumableShuffle(n, seed)
+        sampler.skip_batches(skipped, batch)
+        loader = DataLoader(list(range(n)), batch_size=batch, sampler=sampler, generator=torch.Generator())
+        got = [b.tolist() for _ in range(3) for b in loader][: len(expected) - skipped]
+        assert got == expected[skipped:]
+
+
+def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    finish(train(whole))
+    stage = Path("arith/tiny/seed0/target")
+    process = train(killed)
+    kill_after_checkpoint(process, killed / stage / "checkpoints" / "last.ckpt")
+    assert process.returncode == -signal.SIGKILL
+    assert not (killed / stage / "final").exists()
+    finish(train(killed, "resume=true"))
+
+    a = load_file(whole / stage / "final" / "model.safetensors")
+    b = load_file(killed / stage / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical
+    rows = metrics_rows(whole / stage)
+    assert metrics_rows(killed / stage) == rows  # one continuous log, every step once
+    assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(26))
+    assert (killed / stage / "checkpoints" / "last.ckpt").is_file()  # written at the end of training too
+
+
+def test_resume_refuses_another_config_and_never_rewrites_a_finished_stage(tiny_cfg):
+    cfg = tiny_cfg("stage=target")
+    final = run_stage(cfg)
+    before = {p.name: p.stat().st_mtime_ns for p in final.iterdir()}
+    assert run_stage(tiny_cfg("stage=target", "resume=true")) == final  # same config: up to date
+    with pytest.raises(UserError, match="exists and was trained with a different config"):
+        run_stage(tiny_cfg("stage=target", "resume=true", "stage.lr=0.003"))
+    assert {p.name: p.stat().st_mtime_ns for p in final.iterdir()} == before
+
+
+def test_resume_refuses_an_interrupted_run_of_another_config(tiny_cfg):
+    cfg = tiny_cfg("stage=target", "stage.lr=1e30", "stage.checkpoint_every_n_steps=1")
+    with pytest.raises(UserError, match="non-finite"):
+        run_stage(cfg)  # leaves checkpoints/last.ckpt behind, as a killed run would
+    with pytest.raises(UserError, match="interrupted run in .* was trained with a different config"):
+        run_stage(tiny_cfg("stage=target", "resume=true"))
+
+
+def test_stale_temporary_folders_are_removed_when_a_stage_starts(tiny_cfg):
+    cfg = tiny_cfg("stage=target")
+    stale = paths.target_dir(cfg) / ".final.tmp-abc123"
+    stale.mkdir(parents=True)
+    run_stage(cfg)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("damage", ["overwrite", "truncate"])
+def test_a_corrupted_artefact_is_refused_naming_the_file(tiny_cfg, damage):
+    cfg = tiny_cfg("stage=target")
+    final = run_stage(cfg)
+    weights = final / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if damage == "overwrite":
+        data[len(data) // 2 : len(data) // 2 + 64] = os.urandom(64)
+        weights.write_bytes(bytes(data))
+    else:
+        weights.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(UserError, match=r"model.safetensors is corrupted .* rerun `make stage1"):
+        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    with pytest.raises(UserError, match=r"model.safetensors is corrupted"):
+        run_stage(tiny_cfg("stage=ref"))
