@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import DictConfig
 from transformers import AutoTokenizer
 
 from adaspec import paths
 from adaspec.artefact_rules import cache_identity, require_artefact
-from adaspec.config import validate
+from adaspec.cli import hydra_entry
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tasks import load_task
 from adaspec.distill.teacher_cache import (
@@ -26,14 +25,15 @@ from adaspec.distill.teacher_cache import (
     cache_bytes,
     write_teacher_cache,
 )
-from adaspec.errors import UserError, reported_as_one_line
+from adaspec.errors import UserError
 from adaspec.models.build import freeze, load_model
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def build_cache(cfg: DictConfig) -> Path:
-    validate(cfg)
+    """The teacher cache of `cfg`'s target, built or found up to date; `cfg` is validated where it was
+    composed (the entry point, the paper runner)."""
     require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
     target_final = paths.final(paths.target_dir(cfg))
     folder = paths.teacher_cache_dir(cfg)
@@ -75,10 +75,9 @@ def build_cache(cfg: DictConfig) -> Path:
     )
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+@hydra_entry
 def main(cfg: DictConfig) -> None:
-    with reported_as_one_line():
-        build_cache(cfg)
+    build_cache(cfg)
 
 
 if __name__ == "__main__":

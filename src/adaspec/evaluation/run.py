@@ -32,7 +32,6 @@ import adaspec
 from adaspec import paths
 from adaspec.artefact_rules import require_artefact
 from adaspec.artefacts import read_meta
-from adaspec.config import validate
 from adaspec.data.tasks import Example, load_task
 from adaspec.decoding import (
     DraftQuant,
@@ -248,8 +247,8 @@ def summarise(
 
 def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content
-    (the existing one, untouched, when the folder already holds this evaluation)."""
-    validate(cfg)
+    (the existing one, untouched, when the folder already holds this evaluation). `cfg` is validated
+    where it was composed (the entry point, the paper runner)."""
     target_path, draft_paths = check_artefacts(cfg)  # before anything is loaded
     folder = results_dir(cfg)
     identity = identity_of(cfg, target_path, draft_paths)
