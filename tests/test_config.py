@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config import validate
+from adaspec.config import Selection, validate
 from adaspec.errors import UserError
 from tests.conftest import CONF, REPO, compose_config
 
@@ -181,7 +181,7 @@ def test_choices_accept_their_values_and_compare_equal_to_strings(override, key,
         ("distill.divergence=jensen", ["distill.divergence", "forward_kl"]),
         ("distill.normalize=sum", ["distill.normalize", "all_tokens"]),
         ("decode.policy=magic", ["decode.policy", "adaptive"]),
-        ("distill.selection=glob", ["distill.selection", "[batch, sequence, global]"]),
+        ("distill.selection=glob", ["distill.selection", f"[{', '.join(Selection)}]", "global"]),
         ("distill.teacher=remote", ["distill.teacher", "[live, cache]"]),
         ("distill.cache_mode=top", ["distill.cache_mode", "[exact, topk]"]),
         ("task.kind=prose", ["task.kind", "[math, code]"]),

@@ -11,6 +11,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, OverrideParseException
 
 from adaspec.cli import composition_error
+from adaspec.config import Selection
 from tests.conftest import REPO, compose_config
 
 
@@ -45,7 +46,7 @@ def error_of(*overrides: str) -> str:
         ("paper=gsm", "did you mean `paper=gsm8k`? (options: gsm8k, gsm8k_matched, mbpp"),
         (
             "distill.selection=glob",
-            "config key `distill.selection`='glob' is invalid: must be one of batch, sequence, global; "
+            f"config key `distill.selection`='glob' is invalid: must be one of {', '.join(Selection)}; "
             "did you mean `distill.selection=global`?",
         ),
         ("stage.lr=fast", "config key `stage.lr`='fast' is invalid: Value 'fast' of type 'str' could not be"),
@@ -89,7 +90,7 @@ def test_bad_choice_at_the_evaluate_entry_point_names_the_allowed_values(tmp_pat
     proc = run_entry("adaspec.evaluate", "distill.selection=glob", f"paths.root={tmp_path / 'out'}")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
-    assert "`distill.selection`='glob' is invalid: must be one of batch, sequence, global" in line
+    assert f"`distill.selection`='glob' is invalid: must be one of {', '.join(Selection)};" in line
 
 
 @pytest.mark.parametrize(
