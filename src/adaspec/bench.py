@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from adaspec import paths
+from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.toolkit import (
     compose_config,
@@ -49,19 +50,15 @@ RESULTS = Path("bench/results")
 
 def ensure_trained(base: list[str], k: float) -> None:
     """Train target, reference and the k draft with the default settings where they are missing."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.pipeline import run_stage
 
     for stage in ("stage=target", "stage=ref", "stage=draft"):
         run_stage(compose_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
 
 
-def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
-    from adaspec.diagnostics.checks import expected_speedup
-
-    return expected_speedup(alpha, gamma, c)
-
-
 def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int, max_new_tokens: int) -> dict[str, Any]:
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from transformers import AutoTokenizer
 
     from adaspec.data.tasks import load_task
@@ -87,7 +84,7 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     )
     ours = draft_summary(m.speculative["draft"], m.target, m.hf_assisted["draft"], gamma=gamma, greedy=True)
     c = cost_ratio(draft, target, prompts[0])
-    theory = theoretical_speedup(ours["alpha"], gamma, c)
+    theory = expected_speedup(ours["alpha"], gamma, c)
     return {
         "model": model,
         "k": k,
@@ -128,6 +125,7 @@ def _step_seconds(module, batches: list[dict[str, torch.Tensor]], warmup: int = 
 
 def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, Any]:
     """Stage-3 step cost: live target vs teacher cache vs cache + cached reference KL vs plain CE."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from transformers import AutoTokenizer
 
     from adaspec.cache import build_cache

@@ -13,8 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from adaspec import paths
 from adaspec.cli import hydra_entry
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -33,9 +34,9 @@ TIMING_PROMPTS = 4  # held-out prompts on which every draft and the target are t
 
 
 def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
+    # imported here, after the config is checked, so a bad command is answered in a second
     from transformers import AutoTokenizer
 
-    from adaspec import paths
     from adaspec.artefact_rules import require_artefact
     from adaspec.data.datamodule import encode_all
     from adaspec.data.tasks import load_task
@@ -131,7 +132,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
 
 def training_verdicts(name: str, stage_folder: Path) -> list:
     """The schedule (from the artefact's config, checked against the log) and the loss at the end."""
-    from adaspec import paths
+    # imported here, after the config is checked, so a bad command is answered in a second
     from adaspec.diagnostics import checks
     from adaspec.diagnostics.measure import logged, logged_by_step
     from adaspec.diagnostics.schedule import configured_schedule, first_logged_mismatch
@@ -146,17 +147,13 @@ def training_verdicts(name: str, stage_folder: Path) -> list:
 
 def artefact_config(stage_folder: Path) -> DictConfig:
     """The config a stage artefact records (what its advice is checked against)."""
-    from omegaconf import OmegaConf
-
-    from adaspec import paths
-
     path = paths.final(stage_folder) / "config.yaml"
     return OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
 
 
 def timing_prompts(held_out, n: int) -> list:
     """The prompt part of the first `n` held-out examples (the same for every draft)."""
-    import torch
+    import torch  # heavy: imported once the diagnosis runs, not when the command starts
 
     prompts = []
     for example in held_out[:n]:
@@ -180,9 +177,7 @@ def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
     wb = cfg.logger.wandb
     if not wb.enabled or wb.mode == "disabled":
         return
-    import wandb
-
-    from adaspec import paths
+    import wandb  # slow to import, and only needed when W&B is on
 
     run = wandb.init(
         project=wb.project,

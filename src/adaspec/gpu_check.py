@@ -23,6 +23,7 @@ from adaspec.toolkit import compose_config, no_tokenizer_parallelism, tokenize_p
 
 
 def gpu_available() -> bool:
+    # torch and the models load only on a GPU machine; elsewhere the command says so at once
     import torch
 
     return torch.cuda.is_available()
@@ -30,6 +31,7 @@ def gpu_available() -> bool:
 
 def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict[str, dict]]:
     """Stages 1-3 for `steps` steps each; {stage: metrics.json}."""
+    # torch and the models load only on a GPU machine; elsewhere the command says so at once
     from adaspec.pipeline import run_stage
 
     base = [
@@ -48,6 +50,7 @@ def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict
 
 def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda") -> dict[str, float | str]:
     """Tokens/s of target-only and speculative decoding on the first test prompts (greedy)."""
+    # torch and the models load only on a GPU machine; elsewhere the command says so at once
     import torch
     from transformers import AutoTokenizer
 
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check: no CUDA GPU on this machine (torch.cuda.is_available() is False); nothing to check.")
         return 0
     no_tokenizer_parallelism()
+    # torch and the models load only on a GPU machine; elsewhere the command says so at once
     import torch
 
     from adaspec.decoding.quant import can_load_8bit

@@ -51,8 +51,8 @@ def steps_per_epoch(stage: DictConfig, n_train: int, world: int = 1) -> int:
 
 
 def total_steps(stage: DictConfig, n_train: int, world: int = 1) -> int:
-    """Optimiser steps of a stage: stage.max_steps if set, else max_epochs over the training set."""
-    if stage.max_steps > 0:
+    """Optimiser steps of a stage: stage.max_steps if set (0: none), else max_epochs over the training set."""
+    if stage.max_steps >= 0:
         return int(stage.max_steps)
     return steps_per_epoch(stage, n_train, world) * stage.max_epochs
 
@@ -182,6 +182,7 @@ def full_student_state(trainer: pl.Trainer, module: pl.LightningModule) -> dict[
     """The trained model's full state dict where the strategy shards its weights (FSDP, DeepSpeed ZeRO-3),
     complete on global rank zero; None where the module holds the full weights (single device, DDP,
     ZeRO-1/2). A collective call under sharding: every rank must make it."""
+    # the strategy modules import optional packages (deepspeed) on first use
     from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 
     strategy = trainer.strategy

@@ -59,7 +59,7 @@ def hub_is_offline() -> bool:
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
             return True
-    import datasets.config
+    import datasets.config  # slow to import; only Hub tasks need it
 
     return bool(datasets.config.HF_HUB_OFFLINE)
 
@@ -69,7 +69,7 @@ def hub_is_reachable(timeout_s: float = HUB_PROBE_TIMEOUT_S) -> bool:
 
     Runs in a daemon thread because name resolution ignores socket timeouts.
     """
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # slow to import; only Hub tasks need it
 
     url = urlparse(constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
@@ -96,7 +96,7 @@ def load_hub_splits(
     offline = hub_is_offline()
     if not offline and not hub_is_reachable():
         raise UserError(f"task {task_name!r}: the Hugging Face Hub is unreachable (no network); {fix}")
-    import datasets
+    import datasets  # slow to import; only Hub tasks need it
 
     try:
         dataset_dict = datasets.load_dataset(hub_path, hub_name)

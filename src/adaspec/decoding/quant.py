@@ -4,10 +4,13 @@ quantisation on the CPU (``quantize_draft_int8``), bitsandbytes LLM.int8 on a CU
 from __future__ import annotations
 
 import copy
+import importlib.util
 import warnings
 
 import torch
 from torch import nn
+
+from adaspec.errors import UserError
 
 
 def quantize_draft_int8(model: nn.Module) -> nn.Module:
@@ -24,6 +27,7 @@ def quantize_draft_int8(model: nn.Module) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", UserWarning)
+        # torch.ao.quantization warns on import (deprecated API): imported inside the filter
         from torch.ao.quantization import quantize_dynamic
 
         fp32 = copy.deepcopy(model).float()  # dynamic quantisation expects float32 Linear layers
@@ -31,8 +35,6 @@ def quantize_draft_int8(model: nn.Module) -> nn.Module:
 
 
 def bitsandbytes_installed() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("bitsandbytes") is not None
 
 
@@ -48,16 +50,21 @@ def load_draft_8bit(path, attn_implementation: str = "auto", device: int | str =
     fp16); the rest runs in fp16. Raises a UserError naming what is missing when there is no CUDA GPU or
     no bitsandbytes; on the CPU, ``quantize_draft_int8`` (torch dynamic quantisation) is the int8 path.
     """
-    from adaspec.errors import UserError
-
-    missing = [what for what, ok in (("a CUDA GPU", torch.cuda.is_available()),
-                                     ("the bitsandbytes package", bitsandbytes_installed())) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("a CUDA GPU", torch.cuda.is_available()),
+            ("the bitsandbytes package", bitsandbytes_installed()),
+        )
+        if not ok
+    ]
     if missing:
         raise UserError(
             f"8-bit draft inference on the GPU (decode.draft_quant=int8) needs {' and '.join(missing)}; install "
             f"it with `make install EXTRAS=dev,gpu` on a GPU machine, or add trainer=cpu to quantise the draft "
             f"with torch dynamic quantisation on the CPU instead"
         )
+    # BitsAndBytesConfig pulls in bitsandbytes, an optional GPU dependency
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     from adaspec.models.attention import resolve_attn_implementation

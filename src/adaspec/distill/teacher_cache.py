@@ -26,7 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from tqdm import tqdm
 
+from adaspec.artefacts import write_atomically
+from adaspec.data.encoding import collate
+from adaspec.distill.tokens import answer_logits, answer_mask
 from adaspec.errors import UserError
 
 META = "cache.json"
@@ -145,12 +149,6 @@ def write_teacher_cache(
     progress: bool = True,
 ) -> Path:
     """Run `target` once over `encoded` and write the cache atomically into `folder`."""
-    from tqdm import tqdm
-
-    from adaspec.artefacts import write_atomically
-    from adaspec.data.encoding import collate
-    from adaspec.distill.tokens import answer_logits, answer_mask
-
     counts = answer_counts(encoded)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     rows, vocab = int(offsets[-1]), int(target.config.vocab_size)

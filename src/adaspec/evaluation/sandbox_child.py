@@ -235,6 +235,7 @@ def guard_writes(workdir: str) -> None:
 
 
 def guard_processes_and_network() -> None:
+    # imported only in the sandboxed child, right before their functions are replaced
     import _posixsubprocess
     import _socket
     import posix

@@ -30,7 +30,7 @@ def log_to_wandb(cfg: DictConfig, results: dict[str, Any], folder: Path, images:
     if not wandb_enabled(cfg):
         return None
     wb = cfg.logger.wandb
-    import wandb
+    import wandb  # slow to import, and only needed when W&B is on
 
     metric = results["metric"]
     run = wandb.init(

@@ -18,7 +18,7 @@ def flash_attn_installed() -> bool:
 
 
 def cuda_available() -> bool:
-    import torch
+    import torch  # config validation calls this: torch loads only when flash_attention_2 is asked for
 
     return torch.cuda.is_available()
 

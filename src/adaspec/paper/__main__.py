@@ -20,6 +20,7 @@ no_tokenizer_parallelism()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.plan import TASKS
 
     parser = argparse.ArgumentParser(prog="python -m adaspec.paper", description=__doc__.split("\n\n")[0])
@@ -40,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _results_of(step, extra: list[str]) -> Path:
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.evaluation.run import results_dir
     from adaspec.paper.runner import compose_step
 
@@ -51,6 +53,7 @@ def collect(
 ) -> tuple[dict[str, Any], list[Path]]:
     """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns the summary
     and the plots."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
     from adaspec.paper.plan import Step, sweep_steps
     from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(
                 "run from the repository root: experiments/paper/ holds the configs the steps compose"
             )
+        # imported after the arguments are parsed and checked, so errors answer at once
         from adaspec.paper.plan import TASKS, paper_plan
         from adaspec.paper.runner import compose_step, run_plan
 

@@ -30,16 +30,16 @@ def compose_step(step: Step, extra: list[str]) -> DictConfig:
 
 
 def _interrupted(cfg: DictConfig) -> bool:
-    from adaspec.trainer import CHECKPOINTS, LAST_CHECKPOINT
-
     folder = paths.stage_dir(cfg)
-    return (folder / CHECKPOINTS / LAST_CHECKPOINT).exists() and not (
+    return paths.last_checkpoint(folder).exists() and not (
         paths.final(folder) / "meta.json"
     ).is_file()
 
 
 def execute(step: Step, cfg: DictConfig) -> bool:
     """Run one step; False when its result already existed."""
+    # training, the cache and evaluation are imported by the kind of step that needs them (--dry-run and
+    # --collect-only load none of them)
     if step.kind in ("train", "pretrain"):
         from adaspec.pipeline import run_stage
 
@@ -51,12 +51,13 @@ def execute(step: Step, cfg: DictConfig) -> bool:
         run_stage(cfg)
         return True
     if step.kind == "cache":
-        from adaspec.cache import build_cache
+        from adaspec.cache import build_cache  # see above
 
         existed = paths.teacher_cache_dir(cfg).exists()
         build_cache(cfg)  # checks the cache's identity when it exists
         return not existed
     if step.kind == "eval":
+        # see above
         from adaspec.evaluation.report import RESULTS_JSON
         from adaspec.evaluation.run import results_dir, run_evaluation
 

@@ -17,7 +17,7 @@ def log_paper(cfg: DictConfig, summary: dict[str, Any], images: list[Path]) -> s
     if not wandb_enabled(cfg):
         return None
     wb = cfg.logger.wandb
-    import wandb
+    import wandb  # slow to import, and only needed when W&B is on
 
     Path(cfg.paths.root).mkdir(parents=True, exist_ok=True)
     run = wandb.init(
