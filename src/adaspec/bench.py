@@ -38,7 +38,7 @@ from adaspec import paths
 from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.toolkit import (
-    compose_config,
+    checked_config,
     markdown_table,
     no_tokenizer_parallelism,
     tokenize_prompts,
@@ -54,7 +54,7 @@ def ensure_trained(base: list[str], k: float) -> None:
     from adaspec.pipeline import run_stage
 
     for stage in ("stage=target", "stage=ref", "stage=draft"):
-        run_stage(compose_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
+        run_stage(checked_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))
 
 
 def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int, max_new_tokens: int) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     base = [f"model={model}", *overrides]
     k = 0.4
     ensure_trained(base, k)
-    cfg = compose_config(*base, "stage=draft", f"k={k}")
+    cfg = checked_config(*base, "stage=draft", f"k={k}")
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
     target = load_model(paths.final(paths.target_dir(cfg))).eval()
     draft = load_model(paths.final(paths.draft_dir(cfg, k))).eval()
@@ -136,14 +136,14 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
 
     base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
     ensure_trained([f"model={model}", *overrides], 0.4)
-    cfg_live = compose_config(*base)
+    cfg_live = checked_config(*base)
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg_live))))
     data = TaskDataModule(tokenizer, load_task(cfg_live.task), batch_size=cfg_live.stage.batch_size,
                           max_length=cfg_live.task.max_length, n_val=cfg_live.task.n_val, seed=0)
     batches = [b for _, b in zip(range(n_steps + 2), data.train_dataloader(), strict=False)]
 
     started = time.perf_counter()
-    build_cache(compose_config(*base, "distill.teacher=cache", "overwrite=true"))
+    build_cache(checked_config(*base, "distill.teacher=cache", "overwrite=true"))
     cache_build_s = time.perf_counter() - started
 
     results: dict[str, Any] = {"model": model, "batch_size": cfg_live.stage.batch_size, "steps_timed": n_steps,
@@ -155,7 +155,7 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     }
     for name, extra in variants.items():
         started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
-        cfg = compose_config(*base, *extra, "overwrite=true")
+        cfg = checked_config(*base, *extra, "overwrite=true")
         module = STAGE_MODULES[cfg.stage.name].from_config(cfg, tokenizer, data)
         results[f"{name}/setup_s"] = time.perf_counter() - started
         module.student.train()

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from adaspec.toolkit import compose_config, no_tokenizer_parallelism, tokenize_prompts
+from adaspec.toolkit import checked_config, no_tokenizer_parallelism, tokenize_prompts
 
 
 def gpu_available() -> bool:
@@ -42,7 +42,7 @@ def train_stages(root: Path, steps: int, extra: list[str]) -> tuple[object, dict
     results = {}
     cfg = None
     for stage in ("target", "ref", "draft"):
-        cfg = compose_config(*base, f"stage={stage}")
+        cfg = checked_config(*base, f"stage={stage}")
         final = run_stage(cfg)
         results[stage] = json.loads((final / "metrics.json").read_text())
     return cfg, results

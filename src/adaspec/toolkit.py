@@ -38,6 +38,14 @@ def compose_config(*overrides: str, config_dir: Path = CONF, config_name: str = 
         return compose(config_name=config_name, overrides=list(overrides))
 
 
+def checked_config(*overrides: str) -> DictConfig:
+    """`compose_config`, then `validate`: for the entry points that run what they compose in their own
+    process (bench, gpu-check, the paper runner), where no Hydra entry point has validated it."""
+    from adaspec.config import validate  # cheap, but config imports hydra's ConfigStore: kept out of import
+
+    return validate(compose_config(*overrides))
+
+
 def write_bytes_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file beside `path`, then rename it over `path`: readers never see half a file,
     and a writer that fails leaves the old file as it was."""

@@ -16,17 +16,16 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from adaspec import paths
-from adaspec.config import validate
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
-from adaspec.toolkit import compose_config
+from adaspec.toolkit import checked_config
 
 LOG = "paper_log.jsonl"
 
 
 def compose_step(step: Step, extra: list[str]) -> DictConfig:
     """The step's config, validated: the steps run in this process, not through the entry points."""
-    return validate(compose_config(*step.overrides, *extra))
+    return checked_config(*step.overrides, *extra)
 
 
 def _interrupted(cfg: DictConfig) -> bool:
