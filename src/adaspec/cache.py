@@ -6,10 +6,8 @@ Runs the trained target once over the task's training split; stages 2 and 3 then
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig
 from transformers import AutoTokenizer
 
@@ -27,8 +25,9 @@ from adaspec.distill.teacher_cache import (
 )
 from adaspec.errors import UserError
 from adaspec.models.build import freeze, load_model
+from adaspec.toolkit import device_for, no_tokenizer_parallelism
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+no_tokenizer_parallelism()
 
 
 def build_cache(cfg: DictConfig) -> Path:
@@ -46,6 +45,7 @@ def build_cache(cfg: DictConfig) -> Path:
         max_length=cfg.task.max_length,
         n_val=cfg.task.n_val,
         seed=cfg.seed,
+        prompt_format=cfg.task.prompt_format,
     )
     encoded = data.train_set + data.val_set  # the training split and the validation examples
     identity = cache_identity(cfg, encoded)
@@ -57,8 +57,7 @@ def build_cache(cfg: DictConfig) -> Path:
         print(f"[adaspec] cache: {folder} is up to date, skipping")
         return folder
     target = freeze(load_model(target_final, cfg.model.attn_implementation))
-    if torch.cuda.is_available() and cfg.trainer.accelerator in ("gpu", "cuda", "auto"):
-        target = target.cuda()
+    target = target.to(device_for(cfg))
     rows = int(answer_counts(encoded).sum())
     size = cache_bytes(rows, target.config.vocab_size, spec)
     print(

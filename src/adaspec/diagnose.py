@@ -8,8 +8,6 @@ seed's folder (and a W&B table when W&B is on).
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +15,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspec import paths
 from adaspec.cli import hydra_entry
+from adaspec.toolkit import (
+    markdown_table,
+    no_tokenizer_parallelism,
+    wandb_enabled,
+    write_json_atomically,
+    write_text_atomically,
+)
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+no_tokenizer_parallelism()
+
+
+VERDICT_COLUMNS = ("check", "verdict", "measured", "threshold", "action")
 
 
 def markdown(verdicts: list[dict[str, str]]) -> str:
-    lines = ["| check | verdict | measured | threshold | action |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {v['check']} | {v['status']} | {v['value']} | {v['threshold']} | {v['action']} |"
-        for v in verdicts
-    ]
-    return "\n".join(lines)
+    rows = [(v["check"], v["status"], v["value"], v["threshold"], v["action"]) for v in verdicts]
+    return markdown_table(VERDICT_COLUMNS, rows, cell=str)
 
 
 TIMING_PROMPTS = 4  # held-out prompts on which every draft and the target are timed for c
@@ -163,20 +167,14 @@ def timing_prompts(held_out, n: int) -> list:
 
 
 def write_report(folder: Path, report: dict[str, Any]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("report.json", json.dumps(report, indent=2)),
-        ("report.md", markdown(report["verdicts"]) + "\n"),
-    ):
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, folder / name)
+    write_json_atomically(folder / "report.json", report)
+    write_text_atomically(folder / "report.md", markdown(report["verdicts"]) + "\n")
 
 
 def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
-    wb = cfg.logger.wandb
-    if not wb.enabled or wb.mode == "disabled":
+    if not wandb_enabled(cfg):
         return
+    wb = cfg.logger.wandb
     import wandb  # slow to import, and only needed when W&B is on
 
     run = wandb.init(

@@ -6,13 +6,12 @@ assisted generation; see `adaspec.evaluation.run`. Results land in `<eval_dir>/<
 
 from __future__ import annotations
 
-import os
-
 from omegaconf import DictConfig
 
 from adaspec.cli import hydra_entry
+from adaspec.toolkit import no_tokenizer_parallelism
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+no_tokenizer_parallelism()
 
 
 @hydra_entry

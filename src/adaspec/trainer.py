@@ -28,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from adaspec.callbacks.step_checkpoint import StepCheckpoint
 from adaspec.paths import CHECKPOINTS, LAST_CHECKPOINT
 from adaspec.resumable_csv import ResumableCSVLogger
+from adaspec.toolkit import wandb_enabled
 
 
 def world_size(trainer: DictConfig) -> int:
@@ -67,7 +68,7 @@ def build_loggers(
         )
     ]
     wb = cfg.logger.wandb
-    if wb.enabled and wb.mode != "disabled":
+    if wandb_enabled(cfg):
         loggers.append(
             WandbLogger(
                 project=wb.project,

@@ -100,13 +100,9 @@ def resolve_pretrained(path: str | Path, models_dir: str | Path) -> Path | str:
 
 def main(argv: list[str]) -> None:
     """Fetch every pinned source into paths.models (Hydra overrides of the project's config apply)."""
-    from hydra import compose, initialize_config_dir
+    from adaspec.toolkit import checked_config  # the command line is parsed before anything is imported
 
-    import adaspec.config  # noqa: F401  (registers the schemas)
-
-    conf = Path(__file__).resolve().parents[3] / "conf"
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=argv)
+    cfg = checked_config(*argv)
     for source in SOURCES.values():
         print(f"{source.name}: {fetch(source, cfg.paths.models)}")
 
