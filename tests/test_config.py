@@ -128,6 +128,7 @@ def test_unread_name_keys_are_gone():
         ("stage.accumulate_grad_batches=0", "`stage.accumulate_grad_batches`"),
     ],
 )
+@pytest.mark.chaos("bad-input")
 def test_bad_values_name_the_key(override, key):
     with pytest.raises(UserError, match=key):
         validate(compose_config(override))
@@ -204,6 +205,7 @@ def test_bad_types_and_unknown_keys_fail_at_composition(override, words):
         assert word in message
 
 
+@pytest.mark.chaos("bad-input")
 def test_entry_point_prints_one_line_and_exits_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "adaspec.train", "k=1.5", f"paths.root={tmp_path}"],

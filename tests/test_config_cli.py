@@ -14,6 +14,8 @@ from adaspec.cli import composition_error
 from adaspec.config import Selection
 from tests.conftest import REPO, compose_config
 
+pytestmark = pytest.mark.chaos("bad-input")
+
 
 def run_entry(module: str, *overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(

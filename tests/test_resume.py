@@ -61,6 +61,7 @@ def metrics_rows(stage_folder: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in csv.DictReader(fh)]
 
 
+@pytest.mark.chaos("exact-resume")
 def test_the_sampler_replays_the_shuffled_loader_from_any_batch():
     n, batch, seed = 37, 5, 3
     plain = DataLoader(list(range(n)), batch_size=batch, shuffle=True, generator=torch.Generator().manual_seed(seed))
@@ -73,6 +74,7 @@ def test_the_sampler_replays_the_shuffled_loader_from_any_batch():
         assert got == expected[skipped:]
 
 
+@pytest.mark.chaos("exact-resume")
 def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     finish(train(whole))
@@ -92,6 +94,7 @@ def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(t
     assert (killed / stage / "checkpoints" / "last.ckpt").is_file()  # written at the end of training too
 
 
+@pytest.mark.chaos("resume-config")
 def test_resume_refuses_another_config_and_never_rewrites_a_finished_stage(tiny_cfg):
     cfg = tiny_cfg("stage=target")
     final = run_stage(cfg)
@@ -102,6 +105,7 @@ def test_resume_refuses_another_config_and_never_rewrites_a_finished_stage(tiny_
     assert {p.name: p.stat().st_mtime_ns for p in final.iterdir()} == before
 
 
+@pytest.mark.chaos("resume-config")
 def test_resume_refuses_an_interrupted_run_of_another_config(tiny_cfg):
     cfg = tiny_cfg("stage=target", "stage.lr=1e30", "stage.checkpoint_every_n_steps=1")
     with pytest.raises(UserError, match="non-finite"):
@@ -110,6 +114,7 @@ def test_resume_refuses_an_interrupted_run_of_another_config(tiny_cfg):
         run_stage(tiny_cfg("stage=target", "resume=true"))
 
 
+@pytest.mark.chaos("exact-resume")
 def test_stale_temporary_folders_are_removed_when_a_stage_starts(tiny_cfg):
     cfg = tiny_cfg("stage=target")
     stale = paths.target_dir(cfg) / ".final.tmp-abc123"
@@ -118,6 +123,7 @@ def test_stale_temporary_folders_are_removed_when_a_stage_starts(tiny_cfg):
     assert not stale.exists()
 
 
+@pytest.mark.chaos("corrupt-weights")
 @pytest.mark.parametrize("damage", ["overwrite", "truncate"])
 def test_a_corrupted_artefact_is_refused_naming_the_file(tiny_cfg, damage):
     cfg = tiny_cfg("stage=target")

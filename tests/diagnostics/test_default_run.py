@@ -19,6 +19,8 @@ from adaspec.diagnostics.cost_ratio import MAX_RELATIVE_CI
 from adaspec.evaluation.run import run_evaluation
 from adaspec.pipeline import run_stage
 
+pytestmark = pytest.mark.chaos("diagnose")
+
 RUN = ["stage.max_steps=30", "trainer.log_every_n_steps=10"]
 EVAL = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1", "eval.compare_hf_assisted=false"]
 # any `key=value` an action names (the test's own reading, independent of the guard's)

@@ -15,6 +15,8 @@ from adaspec.paper.plan import Step
 from adaspec.paper.runner import execute
 from tests.conftest import compose_config
 
+pytestmark = pytest.mark.chaos("eval-rerun")
+
 # one draft, 2 prompts x 8 tokens, no HF comparison: the cheapest real evaluation; its own folder
 SMALL = [
     "eval.n_prompts=2",

@@ -34,6 +34,7 @@ def test_extract_code(generated, code):
     assert extract_code(generated) == code
 
 
+@pytest.mark.chaos("scorer")
 def test_pass_at_1_keeps_going_after_every_kind_of_failure():
     examples = [Example("p", "t", ADD_TESTS, {"task_id": i}) for i in range(5)]
     generated = [
@@ -86,6 +87,7 @@ FORGERIES = {
 }
 
 
+@pytest.mark.chaos("scorer")
 @pytest.mark.parametrize("trick", FORGERIES)
 def test_forged_passes_fail_on_a_real_task(mbpp_dir, trick):
     example = mbpp_example(mbpp_dir, 11)  # assert remove_Occ("hello","l") == "heo", ...

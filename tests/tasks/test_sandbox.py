@@ -19,6 +19,8 @@ from adaspec.evaluation import sandbox
 from adaspec.evaluation.checked_asserts import NotPlainData, decode_plain, first_failed_check, plan_tests
 from adaspec.evaluation.sandbox import Isolation, run_program
 
+pytestmark = pytest.mark.chaos("scorer")
+
 SOLUTION = "def add(a, b):\n    return a + b\n"
 TESTS = "assert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
 
