@@ -91,7 +91,7 @@ class ChaosRecorder:
             result.outcome, result.note = outcome, note
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.collected:  # a chaos marker without a known check stopped the run: no report
+        if not self.collected or session.config.option.collectonly:  # nothing ran: no report
             return
         report = build_report(list(self.results.values()), time.monotonic() - self.t0, self.context())
         write_report(self.folder, report)
