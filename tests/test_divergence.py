@@ -1,12 +1,15 @@
-"""Per-token divergences: exact values, chunking changes nothing, gradients reach only the student."""
+"""Per-token divergences: exact values, chunking changes nothing, gradients reach only the student, finite
+values for -inf teacher logits, GKD's generalised JSD."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from adaspec.distill.divergence import token_divergence
+from adaspec.distill.divergence import support_token_divergence, token_divergence
 
 
 def logits(n=37, v=50, seed=0):
@@ -20,7 +23,7 @@ def test_forward_kl_matches_the_definition():
     assert (token_divergence(t, t, "forward_kl").abs() < 1e-5).all()
 
 
-@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd"])
+@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd", "jsd"])
 def test_chunking_gives_the_same_values_and_gradients(kind):
     t = logits(seed=3)
     s1 = logits(seed=4).requires_grad_()
@@ -44,3 +47,87 @@ def test_teacher_gets_no_gradient():
 def test_unknown_divergence_is_an_error():
     with pytest.raises(ValueError, match="forward_kl"):
         token_divergence(logits(), logits(seed=9), "js")
+
+
+KINDS = ["forward_kl", "reverse_kl", "tvd", "jsd"]
+
+
+def masked_teacher(n=12, v=30, seed=11) -> torch.Tensor:
+    """Teacher logits with -inf entries: masked vocabulary columns, and a token with a single finite logit."""
+    t = logits(n, v, seed)
+    t[:, 5:9] = float("-inf")
+    t[0, :] = float("-inf")
+    t[0, 3] = 2.0
+    return t
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_minus_inf_teacher_logits_give_finite_values_and_gradients(kind):
+    t = masked_teacher()
+    s = logits(12, 30, seed=12).requires_grad_()
+    values = token_divergence(t, s, kind, chunk_size=5)
+    assert torch.isfinite(values).all() and (values >= -1e-6).all()
+    values.sum().backward()
+    assert torch.isfinite(s.grad).all() and s.grad.abs().sum() > 0
+
+
+def test_minus_inf_entries_follow_zero_log_zero():
+    t, s = masked_teacher(), logits(12, 30, seed=13)
+    p, log_q = t.softmax(-1), s.log_softmax(-1)
+    expected = torch.xlogy(p, p).sum(-1) - (p * log_q).sum(-1)  # xlogy: 0 log 0 = 0, as KLDivLoss
+    torch.testing.assert_close(token_divergence(t, s, "forward_kl"), expected)
+    q = log_q.exp()
+    torch.testing.assert_close(token_divergence(t, s, "tvd"), 0.5 * (p - q).abs().sum(-1))
+    # reverse KL: a teacher probability of 0 counts as float32's smallest normal number
+    floor = torch.finfo(torch.float32).tiny
+    expected = (q * (log_q - p.clamp_min(floor).log())).sum(-1)
+    torch.testing.assert_close(token_divergence(t, s, "reverse_kl"), expected)
+
+
+def gkd_jsd(t: torch.Tensor, s: torch.Tensor, beta: float) -> torch.Tensor:
+    """GKD's generalised JSD (TRL's generalized_jsd_loss, per token) for finite logits."""
+    log_p, log_q = F.log_softmax(t, -1), F.log_softmax(s, -1)
+    log_m = torch.logsumexp(torch.stack([log_q + math.log(1 - beta), log_p + math.log(beta)]), dim=0)
+    kl_teacher = F.kl_div(log_m, log_p, reduction="none", log_target=True).sum(-1)
+    kl_student = F.kl_div(log_m, log_q, reduction="none", log_target=True).sum(-1)
+    return beta * kl_teacher + (1 - beta) * kl_student
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5, 0.9])
+def test_jsd_matches_gkd(beta):
+    t, s = logits(seed=14), logits(seed=15)
+    torch.testing.assert_close(token_divergence(t, s, "jsd", jsd_beta=beta), gkd_jsd(t, s, beta))
+    assert token_divergence(t, t, "jsd", jsd_beta=beta).abs().max() < 1e-5
+    bound = -(beta * math.log(beta) + (1 - beta) * math.log(1 - beta))  # JSD_beta <= the entropy of beta
+    assert (token_divergence(t, s, "jsd", jsd_beta=beta) <= bound + 1e-5).all()
+
+
+def test_jsd_at_beta_zero_and_one_is_the_forward_and_the_reverse_kl_exactly():
+    t = masked_teacher()
+    s1, s2 = logits(12, 30, seed=16).requires_grad_(), logits(12, 30, seed=16).requires_grad_()
+    for beta, kind in ((0.0, "forward_kl"), (1.0, "reverse_kl")):
+        jsd, plain = token_divergence(t, s1, "jsd", jsd_beta=beta), token_divergence(t, s2, kind)
+        assert torch.equal(jsd, plain)
+        jsd.sum().backward()
+        plain.sum().backward()
+        assert torch.equal(s1.grad, s2.grad)
+        s1.grad = s2.grad = None
+
+
+def test_jsd_of_a_reduced_vocabulary_draft_is_the_jsd_of_its_scattered_distribution():
+    teacher, student = logits(9, 30, 17), logits(9, 12, 18)
+    support = torch.arange(0, 30, 30 // 12)[:12]
+    teacher[:, 1] = float("-inf")  # outside the support
+    p = teacher.softmax(-1)
+    q = torch.zeros(9, 30).index_copy_(-1, support, student.softmax(-1))
+    for beta in (0.3, 0.7):
+        m = beta * p + (1 - beta) * q
+        expected = beta * (torch.xlogy(p, p) - torch.xlogy(p, m)).sum(-1)
+        expected += (1 - beta) * (torch.xlogy(q, q) - torch.xlogy(q, m)).sum(-1)
+        got = support_token_divergence(teacher, student, support, "jsd", jsd_beta=beta)
+        torch.testing.assert_close(got, expected)
+    full = logits(9, 30, 19)
+    torch.testing.assert_close(
+        support_token_divergence(teacher, full, torch.arange(30), "jsd", jsd_beta=0.4),
+        token_divergence(teacher, full, "jsd", jsd_beta=0.4),
+    )

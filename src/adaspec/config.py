@@ -36,11 +36,19 @@ class Divergence(StrEnum):
     forward_kl = "forward_kl"
     reverse_kl = "reverse_kl"
     tvd = "tvd"
+    jsd = "jsd"  # GKD's generalised JSD, distill.jsd_beta (adaspec.distill.divergence)
 
 
-# batch: quantile over the batch's answer tokens (the official code); sequence: per sequence; global: a
-# threshold estimated on calibration batches and refreshed during training.
-Selection = Choice("Selection", ["batch", "sequence", "global"])
+# adaspec.distill.selection. batch: exactly the top ceil(k N) of the batch's N answer tokens; quantile: the
+# official code's rule, dL >= torch.quantile(dL, 1 - k) (ties kept); sequence: top-k per sequence; global: a
+# threshold estimated on calibration batches, tracked during training and refreshed; soft: weights from a
+# temperature-scaled rank of dL (distill.soft_temperature).
+Selection = Choice("Selection", ["batch", "sequence", "global", "quantile", "soft"])
+
+
+class KSchedule(StrEnum):
+    constant = "constant"
+    linear = "linear"  # k from 1.0 down to `k` over the first distill.k_schedule_frac of the steps
 # Lightning's precision names
 Precision = Choice(
     "Precision",
@@ -257,6 +265,13 @@ class DistillConfig:
     # tokens per step match the reference's and the draft sees 1/budget_k times the data.
     match_token_budget: bool = False
     budget_k: float | None = None  # the k whose budget to match; None: the run's own k
+    jsd_beta: float = 0.5  # divergence=jsd: 0 is the forward KL, 1 the reverse KL (GKD's beta)
+    # selection=global: weight of each batch's (1 - k) quantile of dL in the running threshold, so that it
+    # follows the draft as it learns; 0 keeps the calibrated threshold until the next refresh
+    threshold_ema: float = 0.3
+    k_schedule: KSchedule = KSchedule.constant
+    k_schedule_frac: float = 0.2  # k_schedule=linear: the fraction of the steps over which k falls to `k`
+    soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 
 @dataclass
@@ -479,6 +494,12 @@ def _validate_distill(distill: DictConfig) -> None:
     budget_k = distill.budget_k
     if budget_k is not None:
         _check(0.0 < budget_k <= 1.0, "distill.budget_k", budget_k, "must be in (0, 1] or null (the run's k)")
+    for key in ("jsd_beta", "threshold_ema"):
+        _check(0.0 <= distill[key] <= 1.0, f"distill.{key}", distill[key], "must be in [0, 1]")
+    frac = distill.k_schedule_frac
+    _check(0.0 < frac <= 1.0, "distill.k_schedule_frac", frac, "must be in (0, 1], e.g. 0.2")
+    temperature = distill.soft_temperature
+    _check(temperature > 0, "distill.soft_temperature", temperature, "must be > 0, e.g. 0.05")
 
 
 def _validate_pretrain(cfg: DictConfig) -> None:

@@ -4,9 +4,24 @@ Inputs are logits of answer positions only, [N, V]. The work runs in chunks of t
 float32 log-probabilities of teacher and student never exist for all N tokens at once; with
 gradients on, each chunk is recomputed in the backward pass (activation checkpointing) instead of
 keeping its [chunk, V] intermediates alive.
+
+Every divergence is finite for teacher logits of -inf (a masked vocabulary entry, probability 0):
+0 log 0 = 0 as in `torch.xlogy` and the official code's `KLDivLoss`, so such a token adds nothing to
+the forward KL, the JSD or the TVD. The reverse KL KL(q || p) is truly infinite there (the student
+always puts some mass on it); it counts teacher probabilities below float32's smallest normal number
+(`TINY_LOG_PROB`, log 1.2e-38 = -87.3), zeros included, as that number: finite, and its gradient still
+pushes the student's mass off the token.
+
+`jsd` is the generalised Jensen-Shannon divergence of GKD (Agarwal et al., 2024) as TRL's
+`generalized_jsd_loss` computes it: with the mixture m = beta p + (1 - beta) q,
+JSD_beta = beta KL(p || m) + (1 - beta) KL(q || m) for 0 < beta < 1, and by definition the forward KL
+KL(p || q) at beta = 0 and the reverse KL KL(q || p) at beta = 1 (the mixture formula itself tends to
+0 at both ends).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -14,17 +29,59 @@ from torch.utils.checkpoint import checkpoint
 
 from adaspec.config import Divergence
 
+TINY_LOG_PROB = math.log(torch.finfo(torch.float32).tiny)
 
-def _chunk_divergence(teacher_logits: torch.Tensor, student_logits: torch.Tensor, kind: str) -> torch.Tensor:
+
+def _kind(kind: str | Divergence, jsd_beta: float) -> str:
+    """The divergence actually computed: jsd at beta 0 or 1 is the forward or reverse KL, exactly."""
+    kind = kind.value if isinstance(kind, Divergence) else str(kind)
+    if kind not in Divergence._value2member_map_:
+        raise ValueError(f"unknown divergence {kind!r}; allowed: {[d.value for d in Divergence]}")
+    if kind == Divergence.jsd.value and jsd_beta in (0.0, 1.0):
+        return Divergence.forward_kl.value if jsd_beta == 0.0 else Divergence.reverse_kl.value
+    return kind
+
+
+def _plogp_ratio(p: torch.Tensor, log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """``p * (log_p - log_q)`` elementwise with 0 where ``p == 0`` (``log_p`` may then be -inf)."""
+    positive = p > 0
+    return torch.where(positive, p * (torch.where(positive, log_p, 0.0) - log_q), 0.0)
+
+
+def _from_log_probs(
+    log_p: torch.Tensor, log_q: torch.Tensor, kind: str, jsd_beta: float, rest: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token divergence [T] of the student's log-probabilities ``log_q [T, N]`` from the teacher's on the
+    same N tokens, ``log_p [T, N]`` (may hold -inf). ``rest [T]``: the teacher's mass outside those tokens,
+    on which the student has none (a reduced-vocabulary draft; None: the N tokens are the whole
+    vocabulary). The conventions for `rest` are in the comment above `support_token_divergence`."""
+    p, q = log_p.exp(), log_q.exp()
+    if kind == Divergence.forward_kl.value:  # KL(p || q)
+        kl = _plogp_ratio(p, log_p, log_q).sum(-1)
+        if rest is None:
+            return kl
+        p_support = p.sum(-1)  # credited: p(S) * KL(p(.|S) || q)
+        return kl - torch.xlogy(p_support, p_support)
+    if kind == Divergence.reverse_kl.value:  # KL(q || p)
+        return _plogp_ratio(q, log_q, log_p.clamp_min(TINY_LOG_PROB)).sum(-1)
+    if kind == Divergence.tvd.value:
+        tvd = 0.5 * (p - q).abs().sum(-1)
+        return tvd if rest is None else tvd + 0.5 * rest
+    if kind == Divergence.jsd.value:  # beta KL(p || m) + (1 - beta) KL(q || m), m = beta p + (1 - beta) q
+        log_m = torch.logaddexp(log_q + math.log1p(-jsd_beta), log_p + math.log(jsd_beta))
+        to_p = _plogp_ratio(p, log_p, log_m).sum(-1)
+        if rest is not None:  # the rest bucket: p(rest) log(p(rest) / (beta p(rest)))
+            to_p = to_p - rest * math.log(jsd_beta)
+        return jsd_beta * to_p + (1 - jsd_beta) * _plogp_ratio(q, log_q, log_m).sum(-1)
+    raise ValueError(f"unknown divergence {kind!r}; allowed: {[d.value for d in Divergence]}")
+
+
+def _chunk_divergence(
+    teacher_logits: torch.Tensor, student_logits: torch.Tensor, kind: str, jsd_beta: float
+) -> torch.Tensor:
     log_p = F.log_softmax(teacher_logits.float(), dim=-1)
     log_q = F.log_softmax(student_logits.float(), dim=-1)
-    if kind == Divergence.forward_kl.value:  # KL(p_teacher || q_student)
-        return (log_p.exp() * (log_p - log_q)).sum(-1)
-    if kind == Divergence.reverse_kl.value:  # KL(q_student || p_teacher)
-        return (log_q.exp() * (log_q - log_p)).sum(-1)
-    if kind == Divergence.tvd.value:
-        return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1)
-    raise ValueError(f"unknown divergence {kind!r}; allowed: {[d.value for d in Divergence]}")
+    return _from_log_probs(log_p, log_q, kind, jsd_beta)
 
 
 def token_divergence(
@@ -32,21 +89,14 @@ def token_divergence(
     student_logits: torch.Tensor,
     kind: str | Divergence = Divergence.forward_kl,
     chunk_size: int = 1024,
+    jsd_beta: float = 0.5,
 ) -> torch.Tensor:
-    """Divergence per token, shape [N], float32; differentiable with respect to the student only."""
-    kind = kind.value if isinstance(kind, Divergence) else str(kind)
-    teacher_logits = teacher_logits.detach()
-    use_checkpoint = torch.is_grad_enabled() and student_logits.requires_grad
-    pieces = []
-    for start in range(0, teacher_logits.shape[0], chunk_size):
-        t, s = teacher_logits[start : start + chunk_size], student_logits[start : start + chunk_size]
-        if use_checkpoint:
-            pieces.append(checkpoint(_chunk_divergence, t, s, kind, use_reentrant=False))
-        else:
-            pieces.append(_chunk_divergence(t, s, kind))
-    if not pieces:
-        return student_logits.new_zeros(0, dtype=torch.float32)
-    return torch.cat(pieces)
+    """Divergence per token, shape [N], float32; differentiable with respect to the student only.
+    `jsd_beta` is read only by kind=jsd."""
+    kind = _kind(kind, jsd_beta)
+    return _in_chunks(
+        _chunk_divergence, (teacher_logits.detach(),), (kind, jsd_beta), student_logits, chunk_size
+    )
 
 
 # ---------------------------------------------------------------- a draft with a reduced vocabulary
@@ -66,33 +116,24 @@ def token_divergence(
 # when S is everything. It differs from the top-K convention's clamped bucket (q(rest) = 1e-12) only by a
 # per-token constant, so both give the same gradients; weighting by p(S) makes tokens where the teacher
 # mostly wants tokens outside S (which no draft of this vocabulary can get accepted) count less.
-# Reverse KL and total variation are finite without a convention (the draft has no mass outside S) and
-# are exact: KL(q || p) and TVD(p, q) = 1/2 (sum_S |p - q| + p(rest)), the rejection probability.
-# 0 log 0 = 0 throughout, so teacher logits of -inf give finite values (reverse KL is +inf only where
-# the teacher gives probability 0 to a token of S that the draft gives mass, as it truly is).
-
-
-def _plogp_ratio(p: torch.Tensor, log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """``p * (log_p - log_q)`` elementwise with 0 where ``p == 0`` (``log_p`` may then be -inf)."""
-    positive = p > 0
-    return torch.where(positive, p * (torch.where(positive, log_p, 0.0) - log_q), 0.0)
+# Reverse KL and total variation need no convention (the draft has no mass outside S) and are exact:
+# KL(q || p) and TVD(p, q) = 1/2 (sum_S |p - q| + p(rest)), the rejection probability. So is the JSD:
+# the mixture m has mass beta p(rest) on the bucket, so KL(p || m) gains p(rest) log(1 / beta) there and
+# KL(q || m) nothing. 0 log 0 = 0 throughout, so teacher logits of -inf give finite values (the reverse
+# KL floors the teacher's log-probabilities at `TINY_LOG_PROB`, as over the full vocabulary).
 
 
 def _support_chunk(
-    teacher_logits: torch.Tensor, student_logits: torch.Tensor, draft_to_target: torch.Tensor, kind: str
+    teacher_logits: torch.Tensor,
+    student_logits: torch.Tensor,
+    draft_to_target: torch.Tensor,
+    kind: str,
+    jsd_beta: float,
 ) -> torch.Tensor:
     log_p = F.log_softmax(teacher_logits.float(), dim=-1).index_select(-1, draft_to_target)  # [T, N]
-    p = log_p.exp()
-    p_support = p.sum(-1)
+    rest = (1 - log_p.exp().sum(-1)).clamp_min(0)
     log_q = F.log_softmax(student_logits.float(), dim=-1)
-    if kind == Divergence.forward_kl.value:  # p(S) * KL(p(.|S) || q)
-        return _plogp_ratio(p, log_p, log_q).sum(-1) - torch.xlogy(p_support, p_support)
-    if kind == Divergence.reverse_kl.value:  # KL(q || p), exact
-        return _plogp_ratio(log_q.exp(), log_q, log_p).sum(-1)
-    if kind == Divergence.tvd.value:  # TVD(p, q), exact
-        return 0.5 * ((p - log_q.exp()).abs().sum(-1) + (1 - p_support).clamp_min(0))
-    raise ValueError(f"unknown divergence {kind!r}; allowed: {[d.value for d in Divergence]}")
-
+    return _from_log_probs(log_p, log_q, kind, jsd_beta, rest)
 
 def _in_chunks(
     fn, per_token: tuple[torch.Tensor, ...], shared: tuple, student: torch.Tensor, chunk_size: int
@@ -116,15 +157,16 @@ def support_token_divergence(
     draft_to_target: torch.Tensor,
     kind: str | Divergence = Divergence.forward_kl,
     chunk_size: int = 1024,
+    jsd_beta: float = 0.5,
 ) -> torch.Tensor:
     """Divergence per token, [T] float32, of a reduced-vocabulary draft's logits ``[T, N]`` from the
     teacher's ``[T, V]``; ``draft_to_target [N]`` gives each draft logit's target id. The convention for
     the teacher's mass outside the draft's support is in the comment above. Differentiable with respect
     to the student only; with ``draft_to_target = arange(V)`` it equals `token_divergence`."""
-    kind = kind.value if isinstance(kind, Divergence) else str(kind)
+    kind = _kind(kind, jsd_beta)
     draft_to_target = draft_to_target.to(teacher_logits.device)
     return _in_chunks(
-        _support_chunk, (teacher_logits.detach(),), (draft_to_target, kind), student_logits, chunk_size
+        _support_chunk, (teacher_logits.detach(),), (draft_to_target, kind, jsd_beta), student_logits, chunk_size
     )
 
 

@@ -1,7 +1,9 @@
 """Where stages 2 and 3 get the teacher's distribution from: the live target, or the teacher cache.
 
 A teacher gives, per batch, a `signal` for the answer tokens (computed once, shared by the draft
-and the reference), and the per-token divergence of a student's answer logits from that signal.
+and the reference), and the per-token divergence of a student's answer logits from that signal: one
+divergence (distill.divergence, with distill.jsd_beta for jsd) for the draft and the reference alike, so
+dL compares like with like.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from adaspec.distill.tokens import answer_logits
 class LiveTeacher:
     """Runs the frozen target on every batch."""
 
-    def __init__(self, target: PreTrainedModel, divergence: str, chunk_size: int):
-        self.target, self.kind, self.chunk_size = target, divergence, chunk_size
+    def __init__(self, target: PreTrainedModel, divergence: str, chunk_size: int, jsd_beta: float = 0.5):
+        self.target, self.kind, self.chunk_size, self.jsd_beta = target, divergence, chunk_size, jsd_beta
 
     @torch.no_grad()
     def signal(self, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
@@ -30,7 +32,7 @@ class LiveTeacher:
         return answer_logits(logits, mask)
 
     def divergence(self, signal: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
-        return token_divergence(signal, student_logits, self.kind, self.chunk_size)
+        return token_divergence(signal, student_logits, self.kind, self.chunk_size, self.jsd_beta)
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,8 @@ class CachedSignal:
 class CachedTeacher:
     """Reads the target's answer-token distributions from a `TeacherCache`."""
 
-    def __init__(self, cache: TeacherCache, divergence: str, chunk_size: int):
-        self.cache, self.kind, self.chunk_size = cache, divergence, chunk_size
+    def __init__(self, cache: TeacherCache, divergence: str, chunk_size: int, jsd_beta: float = 0.5):
+        self.cache, self.kind, self.chunk_size, self.jsd_beta = cache, divergence, chunk_size, jsd_beta
 
     def signal(self, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> CachedSignal:
         rows = self.cache.rows_for(batch["index"], mask.sum(1))
@@ -54,5 +56,5 @@ class CachedTeacher:
 
     def divergence(self, signal: CachedSignal, student_logits: torch.Tensor) -> torch.Tensor:
         if self.cache.spec.mode == "exact":  # log-probabilities are valid logits: log_softmax keeps them
-            return token_divergence(signal.payload, student_logits, self.kind, self.chunk_size)
+            return token_divergence(signal.payload, student_logits, self.kind, self.chunk_size, self.jsd_beta)
         return topk_forward_kl(*signal.payload, student_logits, self.chunk_size)

@@ -36,7 +36,7 @@ class ReferenceDistill(StageModule):
         models = {"target": target} if target is not None else {}
         super().__init__(student, stage, frozen={**models, **(frozen or {})})
         self.distill_cfg = distill
-        self.teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size)
+        self.teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta)
         self.register_buffer("token_weights", token_weights, persistent=False)
 
     @classmethod

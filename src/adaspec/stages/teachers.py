@@ -29,7 +29,7 @@ def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | Non
         return None
     cache = TeacherCache(paths.teacher_cache_dir(cfg))
     cache.check_identity(cache_identity(cfg, data.train_set + data.val_set))
-    return CachedTeacher(cache, cfg.distill.divergence, cfg.distill.chunk_size)
+    return CachedTeacher(cache, cfg.distill.divergence, cfg.distill.chunk_size, cfg.distill.jsd_beta)
 
 
 def cached_ref_kl(
@@ -41,6 +41,8 @@ def cached_ref_kl(
         "reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"],
         **teacher.cache.meta["identity"],
     }
+    if cfg.distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
+        identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
     values = load_ref_kl(folder, identity)
     if values is None:
         values = write_ref_kl(
