@@ -96,6 +96,14 @@ class Architecture(StrEnum):
     llama = "llama"  # tied embeddings
 
 
+class DraftInit(StrEnum):
+    """How a draft built from `model.draft` starts (adaspec.models.draft_init)."""
+
+    random = "random"
+    target_embedding = "target_embedding"  # the target's embedding projected to the draft's width
+    target_layers = "target_layers"  # the target's embedding, first model.draft.num_hidden_layers layers, head
+
+
 class AttnImplementation(StrEnum):
     auto = "auto"
     sdpa = "sdpa"
@@ -220,6 +228,11 @@ class ModelConfig:
     attn_implementation: AttnImplementation = AttnImplementation.auto
     gradient_checkpointing: bool = False  # recompute activations in the backward pass of the trained model
     prompt_format: PromptFormat = PromptFormat.plain  # the default of task.prompt_format
+    # drafts built from `draft` (draft_path null, no stage 0): their initial weights, from the target artefact
+    draft_init: DraftInit = DraftInit.random
+    # > 0: the draft's embedding and head cover only the N most frequent target tokens of the training split
+    # (adaspec.models.draft_vocab, saved as draft_vocab.json with every draft); 0: the full vocabulary
+    draft_vocab_size: int = 0
 
 
 @dataclass
@@ -229,7 +242,7 @@ class StageConfig:
     weight_decay: float = 0.0
     batch_size: int = 16
     max_epochs: int = 1
-    max_steps: int = -1  # -1: max_epochs decides
+    max_steps: int = -1  # -1: max_epochs decides; 0: no training, the starting model is saved as it is
     warmup_frac: float = 0.1
     min_lr_ratio: float = 0.1  # cosine decays to min_lr_ratio * lr ...
     decay_end_frac: float = 0.9  # ... at this fraction of the steps, and stays there
@@ -439,6 +452,14 @@ def _validate_model(model: DictConfig) -> None:
         )
     positions = model.max_position_embeddings
     _check(positions >= 1, "model.max_position_embeddings", positions, "must be >= 1")
+    size = model.draft_vocab_size
+    _check(size >= 0, "model.draft_vocab_size", size, "must be >= 0 (0: the target's full vocabulary)")
+    _check(
+        model.draft_init == DraftInit.random or not model.draft_path,
+        "model.draft_init",
+        model.draft_init,
+        "applies to drafts built from model.draft: set model.draft_path=null, or model.draft_init=random",
+    )
     # flash_attention_2 without the flash-attn package or a CUDA GPU: fail here, before any model loads
     check_attn_implementation(model.attn_implementation)
 
@@ -449,10 +470,10 @@ def _validate_stage(stage: DictConfig) -> None:
     for key in ("batch_size", "max_epochs", "accumulate_grad_batches", "checkpoint_every_n_steps"):
         _check(stage[key] >= 1, f"stage.{key}", stage[key], "must be >= 1")
     _check(
-        stage.max_steps == -1 or stage.max_steps >= 1,
+        stage.max_steps >= -1,
         "stage.max_steps",
         stage.max_steps,
-        "must be -1 or >= 1",
+        "must be -1 (max_epochs decides), 0 (save the starting model untrained) or >= 1",
     )
     _check(0 <= stage.warmup_frac < 1, "stage.warmup_frac", stage.warmup_frac, "must be in [0, 1)")
     _check(0 < stage.min_lr_ratio <= 1, "stage.min_lr_ratio", stage.min_lr_ratio, "must be in (0, 1]")
@@ -500,6 +521,23 @@ def _validate_distill(distill: DictConfig) -> None:
     _check(0.0 < frac <= 1.0, "distill.k_schedule_frac", frac, "must be in (0, 1], e.g. 0.2")
     temperature = distill.soft_temperature
     _check(temperature > 0, "distill.soft_temperature", temperature, "must be > 0, e.g. 0.05")
+
+
+def _validate_draft_build(cfg: DictConfig) -> None:
+    """model.draft_init and model.draft_vocab_size against the other groups."""
+    model = cfg.model
+    _check(
+        model.draft_init == DraftInit.random or cfg.pretrain.corpus == Corpus.none,
+        "model.draft_init",
+        model.draft_init,
+        "with stage 0 (pretrain=stdlib) the draft starts from its pre-trained weights: use model.draft_init=random",
+    )
+    _check(
+        model.draft_vocab_size == 0 or not cfg.task.domain.operator_embedding,
+        "task.domain.operator_embedding",
+        True,
+        "needs the full draft vocabulary: set task.domain.operator_embedding=false or model.draft_vocab_size=0",
+    )
 
 
 def _validate_pretrain(cfg: DictConfig) -> None:
@@ -597,6 +635,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_distill(cfg.distill)
     _validate_pretrain(cfg)
     _validate_model(cfg.model)
+    _validate_draft_build(cfg)
     _validate_trainer(cfg.trainer)
     _validate_decode(cfg.decode)
     _validate_eval(cfg.eval)
