@@ -40,7 +40,7 @@ def test_reference_distill_loss_falls(setup, tmp_path):
     assert falls(fit_on_fixed_batch(module, batch, 40, tmp_path))
 
 
-@pytest.mark.parametrize("selection", ["batch", "sequence"])
+@pytest.mark.parametrize("selection", ["batch", "sequence", "quantile", "soft"])
 def test_selective_distill_loss_falls(setup, tmp_path, selection):
     cfg, tokenizer, batch = setup
     cfg.distill.selection = selection

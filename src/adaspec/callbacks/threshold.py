@@ -1,24 +1,45 @@
-"""selection=global: estimate one dL threshold on calibration batches and refresh it periodically."""
+"""selection=global: one dL threshold for every batch, that keeps selecting about the fraction k it promises.
+
+A threshold frozen between refreshes starves the draft: it learns the selected tokens within a few steps,
+their dL falls below the threshold, and almost nothing is selected until the next refresh (issue 14: 0-1.6 %
+of the tokens at k = 0.3). So the threshold tracks the draft: after every training batch it moves towards
+that batch's (1 - k) quantile of dL (the cut `select_top_k` would make on the batch alone),
+
+    threshold <- (1 - ema) * threshold + ema * q_batch        (distill.threshold_ema; 0: frozen),
+
+averaged over data-parallel ranks so that every rank keeps the same threshold. On top of that it is
+recalibrated from scratch on `calibration_batches` held-out batches at the start of training and every
+`refresh_every_n_steps` optimiser steps. Each recalibration is logged (`train/threshold_refresh`, the new
+threshold, and a log message). The threshold is part of the module's checkpoint, so a resumed run continues
+with it.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import lightning.pytorch as pl
 import torch
 
 from adaspec.distill.selection import threshold_for_fraction
 
+log = logging.getLogger(__name__)
+
 
 class ThresholdRefresh(pl.Callback):
-    """Sets `pl_module.threshold` at the start of training and every `every_n_steps` optimiser steps.
+    """Sets `pl_module.threshold` at the start of training, moves it after every batch and recalibrates it
+    every `every_n_steps` optimiser steps.
 
     The calibration batches come from `calibration_loader`, a loader of its own, so that the
     training data order is the same as with the other selection modes.
     """
 
-    def __init__(self, calibration_loader, n_batches: int, every_n_steps: int):
+    def __init__(self, calibration_loader, n_batches: int, every_n_steps: int, ema: float = 0.0):
         self.loader = calibration_loader
         self.n_batches = n_batches
         self.every_n_steps = every_n_steps
+        self.ema = ema
+        self._refreshed_at: int | None = None
 
     @torch.no_grad()
     def refresh(self, pl_module) -> None:
@@ -30,14 +51,43 @@ class ThresholdRefresh(pl.Callback):
                 break
             batch = {name: t.to(pl_module.device) for name, t in batch.items()}
             deltas.append(pl_module.token_deltas(batch)[1].cpu())
-        pl_module.threshold = threshold_for_fraction(torch.cat(deltas), pl_module.k)
+        pl_module.threshold = threshold_for_fraction(torch.cat(deltas), pl_module.current_k())
         pl_module.student.train(was_training)
+        log.info("selection threshold recalibrated to %.4f at step %d", pl_module.threshold, pl_module.global_step)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.threshold is None:  # a resumed run keeps the threshold from its checkpoint
             self.refresh(pl_module)
+            self._log_refresh(trainer, pl_module)
+
+    def track(self, trainer, pl_module) -> bool:
+        """Move the threshold towards the last batch's (1 - k) quantile of dL, or reset it to that quantile
+        when it selected a fraction outside the band on any rank. True when it was reset."""
+        delta = pl_module.last_delta
+        if delta is None or delta.numel() == 0 or pl_module.threshold is None:
+            return False
+        cut = torch.tensor(threshold_for_fraction(delta, pl_module.current_k()), device=pl_module.device)
+        cut = float(trainer.strategy.reduce(cut, reduce_op="mean"))
+        reset = trainer.strategy.reduce_boolean_decision(bool(pl_module.out_of_band), all=False)
+        if reset:
+            pl_module.threshold = cut
+        elif self.ema > 0:
+            pl_module.threshold = (1 - self.ema) * pl_module.threshold + self.ema * cut
+        return reset
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        reset = self.track(trainer, pl_module)
         step = trainer.global_step
-        if step > 0 and step % self.every_n_steps == 0:
+        # with gradient accumulation the step repeats over its micro-batches: recalibrate once
+        if step > 0 and step % self.every_n_steps == 0 and step != self._refreshed_at:
+            self._refreshed_at = step
             self.refresh(pl_module)
+        elif reset:
+            log.info("selection threshold reset to the batch's cut %.4f at step %d", pl_module.threshold, step)
+        else:
+            return
+        self._log_refresh(trainer, pl_module)
+
+    def _log_refresh(self, trainer, pl_module) -> None:
+        for logger in trainer.loggers:
+            logger.log_metrics({"train/threshold_refresh": float(pl_module.threshold)}, step=trainer.global_step)

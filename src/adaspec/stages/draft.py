@@ -1,5 +1,8 @@
 """Stage 3: selective distillation. Train the draft only on the top-k fraction of answer tokens by
 dL = L_draft - L_ref, the tokens where the draft lags furthest behind what the reference reached.
+
+The loss sums the selected tokens' divergence through a mask (`torch.where`), never by multiplying every
+token by its 0/1 selection, so a non-finite value of an unselected token cannot reach it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
-from adaspec.config import Normalize
+from adaspec.config import Normalize, Selection
 from adaspec.data.datamodule import TaskDataModule
-from adaspec.distill.selection import select_top_k, threshold_for_fraction
+from adaspec.distill.k_schedule import k_at_step
+from adaspec.distill.selection import (
+    global_cut,
+    quantile_threshold,
+    select_top_k,
+    soft_selection_weights,
+    threshold_for_fraction,
+)
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
@@ -47,8 +57,10 @@ class SelectiveDistill(ReferenceDistill):
         )
         self.register_buffer("always_keep", always_keep, persistent=False)
         self.ref_kl = ref_kl
-        self.k = k
+        self.k = k  # the target k; `current_k` applies distill.k_schedule
         self.threshold: float | None = None  # selection=global: set by the ThresholdRefresh callback
+        self.last_delta: torch.Tensor | None = None  # the last batch's dL, read by ThresholdRefresh
+        self.out_of_band = False  # selection=global: the threshold left the band on the last batch
 
     @classmethod
     def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
@@ -83,6 +95,7 @@ class SelectiveDistill(ReferenceDistill):
                     data.calibration_dataloader(),
                     cfg.distill.calibration_batches,
                     cfg.distill.refresh_every_n_steps,
+                    ema=cfg.distill.threshold_ema,
                 )
             )
         # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
@@ -105,36 +118,62 @@ class SelectiveDistill(ReferenceDistill):
                 )
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
+    def current_k(self) -> float:
+        """k at this optimiser step (distill.k_schedule; the target k when no trainer is attached)."""
+        schedule = self.distill_cfg.get("k_schedule", "constant")
+        if str(schedule) == "constant" or self._trainer is None:
+            return self.k
+        total = max(1, self.trainer.max_steps)
+        return k_at_step(self.k, self.global_step, total, schedule, self.distill_cfg.k_schedule_frac)
+
+    def selection(self, delta: torch.Tensor, mask: torch.Tensor, k: float):
+        """(selected [N] bool, selection weight [N] or None for 0/1, threshold used) of `delta`."""
+        mode, cut = str(self.distill_cfg.selection), self.threshold
+        if mode == "batch" and self.distill_cfg.get("global_quantile", False) and k < 1 and _world_size() > 1:
+            mode, cut = "global", self.global_batch_threshold(delta, k)  # top-k over every device's tokens
+        if mode == Selection.quantile.value and k < 1 and delta.numel():
+            cut = float(quantile_threshold(delta, k))
+        if mode == Selection["global"].value and k < 1 and cut is not None:
+            cut, self.out_of_band = global_cut(delta, k, cut)  # the callback resets the threshold then
+        sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
+        selected = select_top_k(delta, k, mode, sequence_ids, cut)
+        weights = None
+        if mode == Selection.soft.value:
+            weights = soft_selection_weights(delta, k, self.distill_cfg.soft_temperature)
+        if cut is None:
+            cut = float(delta[selected].min()) if selected.any() else float("nan")
+        return selected, weights, cut
+
     def loss(self, batch):
         kl_draft, delta, mask = self.token_deltas(batch)
-        sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
-        mode, cut = self.distill_cfg.selection, self.threshold
-        if (
-            mode == "batch"
-            and self.distill_cfg.get("global_quantile", False)
-            and self.k < 1
-            and _world_size() > 1
-        ):
-            mode, cut = "global", self.global_batch_threshold(delta)  # top-k over every device's tokens
-        ranked = select_top_k(delta, self.k, mode, sequence_ids, cut)
+        k = self.current_k()
+        ranked, soft, threshold = self.selection(delta, mask, k)
         selected = ranked
         if self.always_keep is not None:
-            selected = ranked | self.always_keep[answer_targets(batch["labels"], mask)]
+            kept = self.always_keep[answer_targets(batch["labels"], mask)]
+            selected = ranked | kept
+            if soft is not None:  # always-kept tokens weigh at least 1
+                soft = torch.where(kept, soft.clamp_min(1.0), soft)
         self.last_selection = (mask, selected)  # read by callbacks that count selected tokens
-        denominator = (
-            kl_draft.numel() if self.distill_cfg.normalize == Normalize.all_tokens.value else selected.sum()
-        )
+        self.last_delta = delta
+        if soft is None:
+            denominator = selected.sum()
+            per_token = kl_draft
+        else:
+            denominator, per_token = soft.sum(), kl_draft * soft
+        if self.distill_cfg.normalize == Normalize.all_tokens.value:
+            denominator = kl_draft.numel()
         weights = self.answer_weights(batch, mask)
-        per_token = kl_draft * selected if weights is None else kl_draft * selected * weights
-        loss = per_token.sum() / max(int(denominator), 1)
-        threshold = cut if cut is not None else float(delta[ranked].min())
-        return loss, {
-            "selected_frac": selected.float().mean(),
-            "delta_mean": delta.mean(),
-            "threshold": threshold,
-        }
+        if weights is not None:
+            per_token = per_token * weights
+        keep = selected if soft is None else soft > 0
+        loss = torch.where(keep, per_token, 0.0).sum() / max(float(denominator), 1.0)
+        metrics = {"selected_frac": selected.float().mean(), "delta_mean": delta.mean(), "threshold": threshold}
+        if str(self.distill_cfg.get("k_schedule", "constant")) != "constant":
+            metrics["k"] = k
+        return loss, metrics
 
-    def global_batch_threshold(self, delta: torch.Tensor) -> float:
+    def global_batch_threshold(self, delta: torch.Tensor, k: float) -> float:
         """distill.global_quantile: the dL of the last token kept when keeping the top-k fraction of the
         answer tokens of all devices' batches (all-gathered; per-device counts differ, so padded)."""
         sizes = self.all_gather(torch.tensor([delta.numel()], device=delta.device)).flatten()
@@ -142,7 +181,7 @@ class SelectiveDistill(ReferenceDistill):
         padded[: delta.numel()] = delta.float()
         gathered = self.all_gather(padded).reshape(len(sizes), -1)
         every = torch.cat([row[: int(n)] for row, n in zip(gathered, sizes, strict=True)])
-        return threshold_for_fraction(every, self.k)
+        return threshold_for_fraction(every, k)
 
     def on_fit_end(self) -> None:
         # task.domain.operator_embedding: fold the operator-type vectors into the embedding weight, so the
