@@ -70,6 +70,7 @@ def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, di
         max_length=cfg.task.max_length,
         n_val=cfg.pretrain.n_val if stage in PRETRAIN_STAGES else cfg.task.n_val,
         seed=stage_seed(cfg),
+        prompt_format="plain" if stage in PRETRAIN_STAGES else cfg.task.prompt_format,
     )
     return data, upstream, corpus
 

@@ -15,9 +15,17 @@ from adaspec.data.resumable_shuffle import ResumableShuffle
 
 
 def encode_all(
-    tokenizer: PreTrainedTokenizerBase, examples: list[Example], max_length: int, first_index: int = 0
+    tokenizer: PreTrainedTokenizerBase,
+    examples: list[Example],
+    max_length: int,
+    first_index: int = 0,
+    prompt_format: str = "plain",
 ) -> list[Encoded]:
-    return [encode_example(tokenizer, e.prompt, e.target, max_length, first_index + i) for i, e in enumerate(examples)]
+    """Every example encoded (`encode_example`; task.prompt_format: plain or chat), indexed from first_index."""
+    return [
+        encode_example(tokenizer, e.prompt, e.target, max_length, first_index + i, prompt_format)
+        for i, e in enumerate(examples)
+    ]
 
 
 class TaskDataModule(pl.LightningDataModule):
@@ -30,15 +38,19 @@ class TaskDataModule(pl.LightningDataModule):
         max_length: int,
         n_val: int,
         seed: int,
+        prompt_format: str = "plain",
     ) -> None:
+        """`prompt_format`: task.prompt_format (chat wraps prompts in the tokenizer's chat template)."""
         super().__init__()
         self.batch_size = batch_size
         self.seed = seed
         self.tokenizer = tokenizer  # for callbacks that print tokens
         self.pad_id = tokenizer.pad_token_id
-        self.train_set = encode_all(tokenizer, splits["train"], max_length)
+        self.train_set = encode_all(tokenizer, splits["train"], max_length, prompt_format=str(prompt_format))
         # validation indices follow the training ones, so one teacher cache can cover both
-        self.val_set = encode_all(tokenizer, splits["test"][:n_val], max_length, first_index=len(self.train_set))
+        self.val_set = encode_all(
+            tokenizer, splits["test"][:n_val], max_length, len(self.train_set), str(prompt_format)
+        )
 
     def _loader(self, dataset: list[Encoded], shuffle_seed: int | None = None) -> DataLoader:
         generator = None if shuffle_seed is None else torch.Generator().manual_seed(shuffle_seed)

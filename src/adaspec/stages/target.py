@@ -12,6 +12,7 @@ from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
 from adaspec.models.build import load_model, pretrained_tokenizer, resize_embeddings, scratch_model
+from adaspec.models.fetch import resolve_pretrained
 from adaspec.pretrain import uses_pretrain
 from adaspec.stages.base import StageModule, attn_implementation
 
@@ -19,14 +20,16 @@ from adaspec.stages.base import StageModule, attn_implementation
 class TargetFinetune(StageModule):
     @classmethod
     def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
-        """From stage 0's target, a pretrained model (embeddings resized for the tokens the tokenizer
-        gained), or random weights."""
+        """From stage 0's target, a pretrained model (model.target_path resolved: a pinned checkpoint under
+        paths.models, fetched and converted on first use; embeddings resized for the tokens the tokenizer
+        gained), or random weights. stage.max_steps=0 saves it as it starts: a pretrained target as it is."""
         attn = attn_implementation(cfg)
         if uses_pretrain(cfg):
             student = load_model(paths.final(paths.pretrain_target_dir(cfg)), attn)
         elif cfg.model.source == "pretrained":
-            n_added = pretrained_tokenizer(cfg.model.target_path)[1]
-            student = resize_embeddings(load_model(cfg.model.target_path, attn), tokenizer, n_added)
+            source = resolve_pretrained(cfg.model.target_path, cfg.paths.models)
+            n_added = pretrained_tokenizer(source)[1]
+            student = resize_embeddings(load_model(source, attn), tokenizer, n_added)
         else:
             student = scratch_model(
                 cfg.model.target,

@@ -12,6 +12,7 @@ from adaspec import paths
 from adaspec.data.example import Example
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
 from adaspec.models.build import pretrained_tokenizer
+from adaspec.models.fetch import resolve_pretrained
 from adaspec.pretrain import uses_pretrain
 
 
@@ -39,8 +40,8 @@ def load_tokenizer(
     home = tokenizer_home(cfg)
     if home is not None:
         return AutoTokenizer.from_pretrained(str(home))
-    if cfg.model.source == "pretrained":
-        return pretrained_tokenizer(cfg.model.target_path)[0]  # with a pad token added if it had none
+    if cfg.model.source == "pretrained":  # with a pad token added if it had none
+        return pretrained_tokenizer(resolve_pretrained(cfg.model.target_path, cfg.paths.models))[0]
     texts = training_texts(splits["train"]) + list(corpus)
     api_names = frequent_dotted_names([e.target for e in splits["train"]], cfg.task.domain.api_vocab_size)
     return train_bpe_tokenizer(texts, cfg.task.vocab_size, added_tokens=api_names)
