@@ -26,6 +26,9 @@ METRICS = "metrics.json"
 
 
 NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_n_steps", "monitor_prompts")
+# model keys of the draft's initialisation, with their defaults: they never change the target, and at their
+# defaults they leave every fingerprint as it was before they existed (earlier artefacts stay valid)
+DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
 
 
 def fingerprint(cfg: DictConfig, stage: str) -> str:
@@ -47,6 +50,9 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     # how often to checkpoint, validate or measure acceptance does not change the trained weights
     for key in NOT_TRAINING:
         plain["stage"].pop(key, None)
+    for key, default in DRAFT_BUILD_KEYS.items():
+        if stage in ("target", "pretrain_target") or plain["model"].get(key) == default:
+            plain["model"].pop(key, None)
     # task.default_k acts through k; task.domain options count only for the stages they change
     plain["task"].pop("default_k", None)
     domain = plain["task"].get("domain") or {}
@@ -56,12 +62,15 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+DRAFT_VOCAB_FILE = "draft_vocab.json"  # adaspec.models.draft_vocab.VOCAB_FILE: a reduced draft's id map
+
+
 def identity_files(folder: Path) -> list[str]:
-    """The files that make a saved model what it is: weights and tokenizer."""
+    """The files that make a saved model what it is: weights, tokenizer and a reduced draft's id map."""
     return [
         name
         for name in sorted(os.listdir(folder))
-        if name.endswith((".safetensors", ".bin")) or name.startswith("tokenizer")
+        if name.endswith((".safetensors", ".bin")) or name.startswith("tokenizer") or name == DRAFT_VOCAB_FILE
     ]
 
 
@@ -154,10 +163,15 @@ def save_artefact(
     upstream: dict[str, str] | None = None,
     state_dict: dict | None = None,
 ) -> None:
-    """`state_dict`: the model's full weights where a sharding strategy keeps only a shard in `model`."""
+    """`state_dict`: the model's full weights where a sharding strategy keeps only a shard in `model`. A draft
+    with a reduced vocabulary carries its id map as `model.draft_vocab` (adaspec.models.vocab.load_draft),
+    saved with it as part of its identity."""
+    draft_vocab = getattr(model, "draft_vocab", None)
 
     def fill(folder: Path) -> None:
         model.save_pretrained(folder, state_dict=state_dict)
+        if draft_vocab is not None:
+            draft_vocab.save(folder)
         tokenizer.save_pretrained(folder)
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         (folder / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))

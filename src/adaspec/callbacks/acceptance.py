@@ -8,7 +8,8 @@ set of held-out prompts, and logs
 
     monitor/alpha, monitor/accept_rate, monitor/tau, monitor/reject_rate_at/i (i = 1..gamma)
 
-(the names of `adaspec.decoding.aggregate`) to every logger of the trainer at the current global
+(the names of `adaspec.decoding.aggregate`; a draft with a reduced vocabulary decodes through its id map,
+`draft_vocab`) to every logger of the trainer at the current global
 step: `metrics.csv` and W&B. It writes through `trainer.loggers` rather than `pl_module.log`, whose
 step metrics only reach the loggers every `trainer.log_every_n_steps` steps and which cannot be
 called from `on_train_end`.
@@ -22,6 +23,8 @@ from torch import Tensor
 
 from adaspec.data.encoding import IGNORE, Encoded
 from adaspec.decoding import FixedGamma, aggregate, speculative_generate
+from adaspec.models.draft_vocab import DraftVocab
+from adaspec.models.vocab import draft_vocab_of
 
 PREFIX = "monitor/"
 
@@ -48,8 +51,10 @@ def measure_acceptance(
     max_new_tokens: int,
     eos_token_id: int | None,
     num_threads: int | None = 1,
+    vocab_map: DraftVocab | None = None,
 ) -> dict[str, float]:
     """Greedy speculative decoding of every prompt ([1, T] on the models' device); the pooled statistics.
+    `eos_token_id` is a target id (the task's stop token); `vocab_map`: a reduced draft's id map.
 
     On the CPU the measurement runs with `num_threads` torch threads (None: as set), restored after:
     batch-1 decoding steps of small models are dominated by per-operation overhead, which extra
@@ -70,6 +75,7 @@ def measure_acceptance(
                 gamma_policy=FixedGamma(gamma),
                 max_new_tokens=max_new_tokens,
                 eos_token_id=eos_token_id,
+                vocab_map=vocab_map,
             )
             for ids in prompts
         ]
@@ -117,6 +123,7 @@ class AcceptanceMonitor(pl.Callback):
             gamma=self.gamma,
             max_new_tokens=self.max_new_tokens,
             eos_token_id=self.eos_token_id,
+            vocab_map=draft_vocab_of(pl_module.student),
         )
         keys = ["alpha", "accept_rate", "tau", *(f"reject_rate_at/{i}" for i in range(1, self.gamma + 1))]
         metrics = {PREFIX + key: float(stats[key]) for key in keys}

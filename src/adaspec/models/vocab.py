@@ -5,15 +5,21 @@ speculative decoding feeds the draft's token ids to the target: both only make s
 models share one tokenizer. `vocabulary_mismatch` compares two tokenizers by size, special tokens and
 the token strings of a sample of ids; `check_pretrained_vocabularies` runs it on a pretrained pair
 before any model is loaded, `check_artefact_vocabularies` on the saved artefacts a stage trains from.
+
+A draft with a reduced vocabulary (model.draft_vocab_size, `adaspec.models.draft_vocab`) still saves the
+target's tokenizer; its `draft_vocab.json` must map into the target's vocabulary (`check_draft_vocab_maps`).
+`load_draft` loads a saved draft with that map as `model.draft_vocab`, which every save of it carries on.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+import torch
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from adaspec.errors import UserError
+from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 
 SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
 
@@ -73,15 +79,62 @@ def check_artefact_vocabularies(folders: dict[str, Path], stage: str) -> None:
             )
 
 
+def check_draft_vocab_maps(folders: dict[str, Path], stage: str) -> None:
+    """A UserError when a reduced draft's id map (`draft_vocab.json` in a draft artefact of `folders`) does
+    not map into the target artefact's vocabulary, or the reference's map is not its initialisation's."""
+    target_size = AutoConfig.from_pretrained(str(folders["target"])).vocab_size
+    maps = {name: load_draft_vocab(folder) for name, folder in folders.items() if name != "target"}
+    for name, vocab in maps.items():
+        if vocab is not None and vocab.target_size != target_size:
+            raise UserError(
+                f"stage {stage} refuses to start: the {name} artefact {folders[name]} has a draft vocabulary over "
+                f"{vocab.target_size} target tokens, but the target {folders['target']} has {target_size}. "
+                f"Delete {folders[name]} (draft_init is rebuilt from the current target) and retrain the stages "
+                f"after it with overwrite=true"
+            )
+    if "draft_init" in maps and "ref" in maps and not same_map(maps["draft_init"], maps["ref"]):
+        raise UserError(
+            f"stage {stage} refuses to start: the reference {folders['ref']} and the draft initialisation "
+            f"{folders['draft_init']} have different draft vocabularies; retrain the reference (`make stage2` "
+            f"with overwrite=true)"
+        )
+
+
+def same_map(a: DraftVocab | None, b: DraftVocab | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.target_size == b.target_size and torch.equal(a.draft_to_target, b.draft_to_target)
+
+
+def load_draft(folder: str | Path, attn_implementation: str = "auto", **kwargs) -> PreTrainedModel:
+    """A saved draft (or reference) with its reduced vocabulary's id map as `model.draft_vocab` (None: the
+    full vocabulary); `adaspec.artefacts.save_artefact` saves the map again with the model."""
+    from adaspec.models.build import load_model
+
+    model = load_model(folder, attn_implementation, **kwargs)
+    model.draft_vocab = load_draft_vocab(folder)
+    return model
+
+
+def draft_vocab_of(model: PreTrainedModel) -> DraftVocab | None:
+    return getattr(model, "draft_vocab", None)
+
+
 def check_stage_vocabularies(cfg) -> None:
     """Before a stage loads any model: a pretrained pair must share a vocabulary (checked while its draft
-    initialisation is still to be made), and the artefacts a stage trains from must share one tokenizer."""
+    initialisation is still to be made), the artefacts a stage trains from must share one tokenizer, and a
+    reduced draft's id map must map into the target's vocabulary."""
     from adaspec import paths
+    from adaspec.models.fetch import resolve_pretrained
 
     stage = cfg.stage.name
     init = paths.final(paths.draft_init_dir(cfg))
-    if cfg.model.source == "pretrained" and (stage == "target" or not (init / "meta.json").is_file()):
-        check_pretrained_vocabularies(cfg.model.target_path, cfg.model.draft_path)
+    pretrained_pair = cfg.model.source == "pretrained" and cfg.model.draft_path
+    if pretrained_pair and (stage == "target" or not (init / "meta.json").is_file()):
+        check_pretrained_vocabularies(
+            str(resolve_pretrained(cfg.model.target_path, cfg.paths.models)),
+            str(resolve_pretrained(cfg.model.draft_path, cfg.paths.models)),
+        )
     if stage in ("target", "pretrain_target", "pretrain_draft"):
         return
     folders = {"target": paths.final(paths.target_dir(cfg))}
@@ -90,3 +143,4 @@ def check_stage_vocabularies(cfg) -> None:
     if stage == "draft":
         folders["ref"] = paths.final(paths.ref_dir(cfg))
     check_artefact_vocabularies(folders, stage)
+    check_draft_vocab_maps(folders, stage)

@@ -1,4 +1,9 @@
-"""Stage 2: distil the reference from the frozen target with a per-token divergence (forward KL)."""
+"""Stage 2: distil the reference from the frozen target with a per-token divergence (forward KL).
+
+A draft with a reduced vocabulary (`draft_vocab`, model.draft_vocab_size) reads its inputs as draft ids and
+is compared with the teacher over its support (`adaspec.stages.teachers.SupportTeacher`); so is the frozen
+reference of stage 3, which shares its map.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec import paths
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.encoding import stop_token_id
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
-from adaspec.models.build import load_model
+from adaspec.models.vocab import draft_vocab_of, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
-from adaspec.stages.teachers import cached_teacher, frozen_artefact
+from adaspec.stages.teachers import cached_teacher, for_draft, frozen_artefact
 
 
 class ReferenceDistill(StageModule):
@@ -36,7 +42,8 @@ class ReferenceDistill(StageModule):
         models = {"target": target} if target is not None else {}
         super().__init__(student, stage, frozen={**models, **(frozen or {})})
         self.distill_cfg = distill
-        self.teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta)
+        teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta)
+        self.teacher = for_draft(teacher, draft_vocab_of(student))
         self.register_buffer("token_weights", token_weights, persistent=False)
 
     @classmethod
@@ -50,19 +57,22 @@ class ReferenceDistill(StageModule):
         prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
         if cfg.stage.monitor_every_n_steps <= 0 or not prompts:
             return []
-        eos = self.student.config.eos_token_id
         monitor = AcceptanceMonitor(
             prompts,
             every_n_steps=cfg.stage.monitor_every_n_steps,
             gamma=cfg.decode.gamma,
-            eos_token_id=eos[0] if isinstance(eos, list) else eos,
+            eos_token_id=stop_token_id(data.tokenizer, str(cfg.task.prompt_format)),  # a target id
         )
         return [monitor]
 
     def _answer_logits(
         self, model: PreTrainedModel, batch: dict[str, torch.Tensor], mask: torch.Tensor
     ) -> torch.Tensor:
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        """[N, vocabulary] answer logits of a draft (student or reference); a reduced draft reads draft ids."""
+        vocab, ids = draft_vocab_of(model), batch["input_ids"]
+        if vocab is not None:
+            ids = vocab.to(ids.device).to_draft(ids)
+        logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
         return answer_logits(logits, mask)
 
     def student_divergence(self, batch: dict[str, torch.Tensor]):
@@ -94,10 +104,10 @@ class ReferenceDistill(StageModule):
 def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
     """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
     target is loaded only for the acceptance monitor, which decodes with it. The student starts from the
-    seed's draft initialisation."""
+    seed's draft initialisation (with its id map as `draft_vocab` when its vocabulary is reduced)."""
     attn = attn_implementation(cfg)
     teacher = cached_teacher(cfg, data)
     needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0
     target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
-    student = load_model(ensure_draft_init(cfg, tokenizer), attn)
+    student = load_draft(ensure_draft_init(cfg, tokenizer), attn)
     return teacher, target, student

@@ -1,9 +1,11 @@
 """The frozen models and teacher signals of the distillation stages: the target (live, or read from
-the teacher cache of `make cache`) and the reference's per-token KL cache."""
+the teacher cache of `make cache`) and the reference's per-token KL cache. A draft with a reduced
+vocabulary sees the teacher through `SupportTeacher`."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -11,15 +13,68 @@ from adaspec import paths
 from adaspec.artefact_rules import cache_identity
 from adaspec.artefacts import read_meta
 from adaspec.data.datamodule import TaskDataModule
+from adaspec.distill.divergence import support_token_divergence, support_topk_forward_kl
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
-from adaspec.distill.teacher import CachedTeacher
+from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
-from adaspec.models.build import freeze, load_model
+from adaspec.models.build import freeze
+from adaspec.models.draft_vocab import DraftVocab
+from adaspec.models.vocab import draft_vocab_of, load_draft
 
 
 def frozen_artefact(folder, attn: str) -> PreTrainedModel:
-    """A finished stage's model (`folder` is its stage folder), in eval mode and without gradients."""
-    return freeze(load_model(paths.final(folder), attn))
+    """A finished stage's model (`folder` is its stage folder), in eval mode and without gradients; a
+    reduced draft with its id map (`draft_vocab`)."""
+    return freeze(load_draft(paths.final(folder), attn))
+
+
+class SupportTeacher:
+    """A teacher (live or cached) for a draft with a reduced vocabulary: the same signal, per-token
+    divergences over the draft's support (`adaspec.distill.divergence`: the teacher's mass outside it is
+    credited, so a draft equal to the teacher conditioned on its support has divergence 0)."""
+
+    def __init__(self, teacher: LiveTeacher | CachedTeacher, vocab: DraftVocab):
+        self.inner, self.vocab = teacher, vocab
+        self.kind, self.chunk_size = teacher.kind, teacher.chunk_size
+
+    @property
+    def cache(self) -> TeacherCache:
+        return self.inner.cache
+
+    def signal(self, batch: dict[str, torch.Tensor], mask: torch.Tensor):
+        return self.inner.signal(batch, mask)
+
+    def divergence(self, signal: torch.Tensor | CachedSignal, student_logits: torch.Tensor) -> torch.Tensor:
+        """[N] divergence of the draft's answer logits [N, vocab.size] from the teacher's signal."""
+        d2t = self.vocab.draft_to_target
+        # distill.jsd_beta where the teacher has one (read only by divergence=jsd)
+        beta = {"jsd_beta": self.inner.jsd_beta} if hasattr(self.inner, "jsd_beta") else {}
+        if isinstance(signal, CachedSignal):
+            if self.cache.spec.mode == "exact":  # log-probabilities are valid logits
+                return support_token_divergence(
+                    signal.payload, student_logits, d2t, self.kind, self.chunk_size, **beta
+                )
+            return support_topk_forward_kl(
+                *signal.payload, student_logits, self.vocab.target_to_draft, self.chunk_size
+            )
+        return support_token_divergence(signal, student_logits, d2t, self.kind, self.chunk_size, **beta)
+
+
+def for_draft(teacher: LiveTeacher | CachedTeacher, vocab: DraftVocab | None):
+    """The teacher as a draft over `vocab` sees it (itself for a full-vocabulary draft)."""
+    return teacher if vocab is None else SupportTeacher(teacher, vocab)
+
+
+class ReadsTargetIds(torch.nn.Module):
+    """A reduced draft called with target ids, mapped to draft ids first: for code that runs a model on
+    batches as they are (`write_ref_kl`)."""
+
+    def __init__(self, model: PreTrainedModel, vocab: DraftVocab):
+        super().__init__()
+        self.model, self.vocab = model, vocab
+
+    def forward(self, input_ids: torch.Tensor, **kwargs):
+        return self.model(input_ids=self.vocab.to(input_ids.device).to_draft(input_ids), **kwargs)
 
 
 def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | None:
@@ -45,9 +100,11 @@ def cached_ref_kl(
         identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
     values = load_ref_kl(folder, identity)
     if values is None:
+        reference = frozen_artefact(paths.ref_dir(cfg), cfg.model.attn_implementation)
+        vocab = draft_vocab_of(reference)
         values = write_ref_kl(
-            frozen_artefact(paths.ref_dir(cfg), cfg.model.attn_implementation),
-            teacher,
+            reference if vocab is None else ReadsTargetIds(reference, vocab),
+            for_draft(teacher, vocab),
             data.train_set + data.val_set,
             folder,
             identity,
