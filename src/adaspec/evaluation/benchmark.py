@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult, Policy, speculative_generate, target_generate
 from adaspec.evaluation.hf_assisted import hf_assisted_generate
+from adaspec.models.draft_vocab import DraftVocab
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Draft:
     name: str  # row name in the results, e.g. "k0.4" or "k0.4-int8"
     model: PreTrainedModel
     compare_hf: bool = True  # also time HF assisted generation with this draft
+    vocab_map: DraftVocab | None = None  # a draft with a reduced vocabulary: its id map
 
 
 @dataclass
@@ -78,7 +80,8 @@ def benchmark(
 
     def run_ours(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
         return speculative_generate(target, draft.model, ids, gamma_policy=make_policy(), max_new_tokens=max_new_tokens,
-                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i))
+                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i),
+                                    vocab_map=draft.vocab_map)
 
     def run_hf(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator

@@ -9,6 +9,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult
+from adaspec.models.draft_vocab import require_full_vocabulary
 
 
 def configure_assistant(draft: PreTrainedModel, gamma: int) -> None:
@@ -40,8 +41,11 @@ def hf_assisted_generate(
 
     Greedy (`do_sample=False`) when `temperature == 0`, else plain sampling at `temperature` (no top-k
     or top-p). HF does not report its forward passes, so `target_calls` is 0; `wall_time_s` is the
-    time of the `generate` call.
+    time of the `generate` call. `eos_token_id` is the task's stop token (a chat template's end of turn).
+    A draft with a reduced vocabulary is refused: HF would feed its ids to the target unmapped (the
+    evaluation skips this comparison for such a draft).
     """
+    require_full_vocabulary(draft, "HF assisted generation")
     configure_assistant(draft, gamma)
     sampling = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     start = time.perf_counter()

@@ -20,20 +20,33 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding import BlockRecord, GenerationResult, Policy
+from adaspec.models.draft_vocab import DraftVocab
 
 
 @torch.inference_mode()
-def draft_matches(draft: PreTrainedModel, input_ids: Tensor, tokens: list[int], vocab: int) -> list[bool]:
+def draft_matches(
+    draft: PreTrainedModel,
+    input_ids: Tensor,
+    tokens: list[int],
+    vocab: int,
+    vocab_map: DraftVocab | None = None,
+) -> list[bool]:
     """``matches[m]``: the draft's greedy token after ``input_ids [1, T] + tokens[:m]`` is ``tokens[m]``.
 
-    Argmax over the first `vocab` logits, as `speculative_generate` does when vocabularies are padded.
+    Argmax over the first `vocab` logits, as `speculative_generate` does when vocabularies are padded. A
+    draft with a reduced vocabulary (``vocab_map``) reads the ids mapped to draft ids, and its argmax is
+    mapped back to a target id (`vocab` is then ignored: all its logits count).
     """
     if not tokens:
         return []
     target_ids = torch.tensor(tokens, device=input_ids.device)
     seq = torch.cat([input_ids[0], target_ids[:-1]]).view(1, -1)
-    logits = draft(input_ids=seq, logits_to_keep=len(tokens)).logits[0, :, :vocab]
-    return (logits.argmax(-1) == target_ids).tolist()
+    if vocab_map is None:
+        logits = draft(input_ids=seq, logits_to_keep=len(tokens)).logits[0, :, :vocab]
+        return (logits.argmax(-1) == target_ids).tolist()
+    vocab_map = vocab_map.to(seq.device)
+    logits = draft(input_ids=vocab_map.to_draft(seq), logits_to_keep=len(tokens)).logits[0, :, : vocab_map.size]
+    return (vocab_map.to_target(logits.argmax(-1)) == target_ids).tolist()
 
 
 def replay(

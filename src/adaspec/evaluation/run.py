@@ -5,7 +5,8 @@ the DistillSpec baseline k=1) and, with `decode.draft_quant=int8`, its int8 copy
 `eval.n_prompts` test prompts of the task:
 
 1. time target-only decoding, our `speculative_generate` with the `decode` settings, and Hugging
-   Face assisted generation with a constant gamma (`adaspec.evaluation.benchmark`);
+   Face assisted generation with a constant gamma (`adaspec.evaluation.benchmark`; skipped, with a note,
+   for a draft with a reduced vocabulary, which HF cannot map to the target's ids);
 2. report every metric of `decoding.aggregate`, the two wall-clock speed-ups, greedy agreement with
    the target and the task's score (`adaspec.evaluation.summary`, `.scoring`);
 3. measure acceptance against gamma (`eval.gammas`; `adaspec.evaluation.replay` when greedy);
@@ -32,6 +33,7 @@ import adaspec
 from adaspec import paths
 from adaspec.artefact_rules import require_artefact
 from adaspec.artefacts import read_meta
+from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.tasks import Example, load_task
 from adaspec.decoding import (
     DraftQuant,
@@ -57,7 +59,9 @@ from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
 from adaspec.models.build import load_model, n_params
-from adaspec.toolkit import device_for, tokenize_prompts
+from adaspec.models.draft_vocab import DraftVocab
+from adaspec.models.vocab import draft_vocab_of, load_draft
+from adaspec.toolkit import device_for
 
 
 def setting_name(decode: DictConfig) -> str:
@@ -138,6 +142,7 @@ def acceptance_vs_gamma(
     target_results: list[GenerationResult],
     measured: list[GenerationResult],
     eos_token_id: int | None,
+    vocab_map: DraftVocab | None = None,
 ) -> dict[str, Any]:
     """alpha, accept_rate, tau for each fixed gamma of `eval.gammas`.
 
@@ -149,7 +154,8 @@ def acceptance_vs_gamma(
     if decode.temperature == 0:
         vocab = min(target.config.vocab_size, draft.config.vocab_size)
         matches = [
-            draft_matches(draft, ids, r.tokens, vocab) for ids, r in zip(prompts, target_results, strict=True)
+            draft_matches(draft, ids, r.tokens, vocab, vocab_map)
+            for ids, r in zip(prompts, target_results, strict=True)
         ]
 
         def replayed(policy, i: int) -> GenerationResult:
@@ -183,6 +189,7 @@ def acceptance_vs_gamma(
                 eos_token_id=eos_token_id,
                 temperature=decode.temperature,
                 generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i),
+                vocab_map=vocab_map,
             )
             for i, ids in enumerate(subset)
         ]
@@ -204,7 +211,7 @@ def summarise(
     decode, kind = cfg.decode, cfg.task.kind
     metric = task_metric(kind)
     greedy = decode.temperature == 0
-    eos = tokenizer.eos_token_id
+    eos = stop_token_id(tokenizer, str(cfg.task.prompt_format))
     scores: dict[tuple[str, ...], float] = {}
 
     def score(results: list[GenerationResult]) -> float:
@@ -222,7 +229,7 @@ def summarise(
         }
         row[metric] = score(spec)
         row["acceptance_vs_gamma"] = acceptance_vs_gamma(
-            cfg, target, draft.model, prompts, m.target, spec, eos
+            cfg, target, draft.model, prompts, m.target, spec, eos, draft.vocab_map
         )
         rows[draft.name] = row
     return {
@@ -270,7 +277,13 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     drafts: list[Draft] = []
     draft_info: dict[str, dict[str, Any]] = {}
     for k, tag, path in draft_paths:
-        model = load_model(path, attn).to(device).eval()
+        model = load_draft(path, attn).to(device).eval()
+        vocab_map = draft_vocab_of(model)
+        if vocab_map is not None and cfg.eval.compare_hf_assisted:
+            print(
+                f"[adaspec] evaluate: {draft_name(k, tag=tag)} has a reduced vocabulary ({vocab_map.size} of "
+                f"{vocab_map.target_size} tokens); HF assisted generation cannot map its ids, not compared"
+            )
         variants = [("none", model)]
         if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
             int8 = (
@@ -281,7 +294,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
             variants.append(("int8", int8))
         for quant, variant in variants:
             name = draft_name(k, quant, tag)
-            drafts.append(Draft(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
+            compare_hf = cfg.eval.compare_hf_assisted and quant == "none" and vocab_map is None
+            drafts.append(Draft(name, variant, compare_hf=compare_hf, vocab_map=vocab_map))
             draft_info[name] = {
                 "label": draft_label(k, quant, tag),
                 "k": k,
@@ -291,7 +305,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
                 "parameters": n_params(model),
             }
 
-    prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples], device)
+    prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training
+    prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, prompt_format)], device=device) for e in examples]
     decode = cfg.decode
     measurements = benchmark(
         target,
@@ -301,7 +316,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         gamma=decode.gamma,
         max_new_tokens=decode.max_new_tokens,
         temperature=decode.temperature,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=stop_token_id(tokenizer, prompt_format),
         pad_token_id=tokenizer.pad_token_id,
         seed=cfg.seed,
         progress=progress,
