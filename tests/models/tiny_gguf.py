@@ -31,8 +31,9 @@ TEXTS = [
 ]
 
 
-def chat_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
-    """Byte-level BPE with SmolLM2's special tokens and chat template (eos = pad = <|im_end|>)."""
+def chat_tokenizer(vocab_size: int = 320, texts: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with SmolLM2's special tokens and chat template (eos = pad = <|im_end|>), trained on
+    `texts` (default: a few sentences)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -42,7 +43,7 @@ def chat_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(TEXTS * 4, trainer=trainer)
+    tok.train_from_iterator(TEXTS * 4 if texts is None else texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|im_start|>",
