@@ -112,9 +112,10 @@ def test_the_teacher_over_the_whole_vocabulary_as_support_is_the_plain_teacher()
 def test_a_draft_initialisation_made_with_other_settings_is_refused(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"draft_init": "random", "draft_vocab_size": 0}))
     check_init_settings(compose_config(), tmp_path)
-    cfg = compose_config("model=smollm2", "model.draft_vocab_size=64")
     with pytest.raises(UserError, match=r"made with model.draft_vocab_size=0, not 64"):
-        check_init_settings(cfg, tmp_path)
+        check_init_settings(compose_config("model.draft_vocab_size=64"), tmp_path)
+    with pytest.raises(UserError, match=r"made with model.draft_init=random, not target_embedding"):
+        check_init_settings(compose_config("model=smollm2"), tmp_path)
 
 
 @pytest.mark.parametrize(
