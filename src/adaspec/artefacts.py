@@ -31,6 +31,20 @@ NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_
 DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
 
 
+def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
+    """What of `distill` changes the reference (stage 2): its divergence, and a top-K teacher cache (a
+    truncated teacher). Empty at the defaults, so references made before these keys counted keep their
+    fingerprint."""
+    keys: dict[str, Any] = {}
+    if distill.divergence != "forward_kl":
+        keys["divergence"] = str(distill.divergence)
+        if distill.divergence == "jsd":
+            keys["jsd_beta"] = distill.jsd_beta
+    if distill.teacher == "cache" and distill.cache_mode == "topk":
+        keys["cache_topk"] = distill.cache_topk
+    return keys
+
+
 def fingerprint(cfg: DictConfig, stage: str) -> str:
     """Hash of the config sections that change what `stage` produces (not logging, not paths)."""
     keys: dict[str, Any] = {"task": cfg.task, "model": cfg.model, "stage": cfg.stage}
@@ -43,6 +57,8 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     if stage == "draft":
         keys["distill"] = cfg.distill
         keys["k"] = cfg.k
+    if stage == "ref" and reference_distill_keys(cfg.distill):
+        keys["distill"] = reference_distill_keys(cfg.distill)
     plain = {
         name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
         for name, v in keys.items()
@@ -75,10 +91,10 @@ def identity_files(folder: Path) -> list[str]:
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
-    return {name: _sha256(folder / name)[:16] for name in identity_files(folder)}
+    return {name: sha256_of(folder / name)[:16] for name in identity_files(folder)}
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -106,7 +122,7 @@ def verify_weights(folder: Path, rerun: str) -> dict[str, Any]:
             raise UserError(
                 f"{folder / name} is missing from the artefact; rerun {rerun} with overwrite=true"
             )
-        if _sha256(folder / name)[:16] != value:
+        if sha256_of(folder / name)[:16] != value:
             raise UserError(
                 f"{folder / name} is corrupted or was changed after training (its hash differs from "
                 f"{folder / META}); rerun {rerun} with overwrite=true"

@@ -8,24 +8,16 @@ sha256) loads like any Hugging Face checkpoint.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from adaspec.artefacts import sha256_of
 from adaspec.errors import UserError
 
 SOURCE_FILE = "source.json"  # in a converted folder: where its weights came from
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_sha256(path: Path, expected: str) -> None:

@@ -18,8 +18,11 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from adaspec import paths
 from adaspec.errors import UserError
+from adaspec.models.build import load_model, pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
+from adaspec.models.fetch import resolve_pretrained
 
 SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
 
@@ -50,7 +53,6 @@ def vocabulary_mismatch(
 
 def check_pretrained_vocabularies(target_path: str, draft_path: str) -> None:
     """A UserError when the pretrained draft cannot draft for the pretrained target (tokenizers only)."""
-    from adaspec.models.build import pretrained_tokenizer
 
     target, _ = pretrained_tokenizer(target_path)
     draft, _ = pretrained_tokenizer(draft_path)
@@ -109,7 +111,6 @@ def same_map(a: DraftVocab | None, b: DraftVocab | None) -> bool:
 def load_draft(folder: str | Path, attn_implementation: str = "auto", **kwargs) -> PreTrainedModel:
     """A saved draft (or reference) with its reduced vocabulary's id map as `model.draft_vocab` (None: the
     full vocabulary); `adaspec.artefacts.save_artefact` saves the map again with the model."""
-    from adaspec.models.build import load_model
 
     model = load_model(folder, attn_implementation, **kwargs)
     model.draft_vocab = load_draft_vocab(folder)
@@ -124,8 +125,6 @@ def check_stage_vocabularies(cfg) -> None:
     """Before a stage loads any model: a pretrained pair must share a vocabulary (checked while its draft
     initialisation is still to be made), the artefacts a stage trains from must share one tokenizer, and a
     reduced draft's id map must map into the target's vocabulary."""
-    from adaspec import paths
-    from adaspec.models.fetch import resolve_pretrained
 
     stage = cfg.stage.name
     init = paths.final(paths.draft_init_dir(cfg))
