@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install sandbox-tools models demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow lint clean-outputs
+.PHONY: install sandbox-tools models demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -84,6 +84,11 @@ test: install
 
 test-slow: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m slow -q
+
+# Issue 16's hostile checks (forged MBPP passes, resume, corrupted weights, reruns, bad input, diagnose)
+# as one report: chaos/report.md and chaos/report.json, each check with its tests' outcomes and times.
+chaos: install
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m chaos -q -p tests.chaos.plugin --chaos-report=chaos
 
 lint: install
 	$(VENV)/bin/ruff check src tests

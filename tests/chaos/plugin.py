@@ -4,7 +4,8 @@
     python -m pytest -m chaos -p tests.chaos.plugin --chaos-report=chaos
 
 Without --chaos-report it does nothing. A chaos marker that names no known check stops the run at
-collection; a check left NOT RUN (no test verified it) fails the run like a failed test.
+collection. The run fails unless every check passes: a check left NOT RUN (no test verified it) or with
+a KNOWN GAP (an xfail test) fails it like a failed test, so `make chaos` exits 0 only when issue 16 holds.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class ChaosRecorder:
         if terminal is not None:
             terminal.write_line(f"chaos report: {self.folder / 'report.md'} ({report['summary']})")
         if not report["ok"] and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a check that nothing verified
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a check NOT RUN or with a KNOWN GAP
 
     def context(self) -> dict:
         from adaspec.evaluation import sandbox
