@@ -78,7 +78,7 @@ def test_top_level_k_and_gamma_reach_the_groups():
     assert compose_config("distill=distillspec", "k=0.3").k == 0.3
     # k's default is the task's, one hop away: k -> task.default_k
     assert compose_config("task.default_k=0.3").k == 0.3
-    assert compose_config("task=mbpp").k == 0.33
+    assert compose_config("task=mbpp").k == 0.4 and compose_config("task=mbpp", "domain=note_code").k == 0.33
     assert compose_config("task=mbpp", "distill=distillspec").k == 1.0
     for policy in ("fixed", "adaptive", "hf"):
         decode = compose_config(f"decode={policy}", "gamma=7").decode

@@ -65,5 +65,5 @@ def test_official_budgets():
 def test_the_command_line_wins_over_the_recipe():
     cfg = official("task=mbpp", "k=1.0", "stage.lr=1e-4", "task.domain.keep_whitespace_tokens=true")
     assert (cfg.k, cfg.stage.lr, cfg.task.domain.keep_whitespace_tokens) == (1.0, 1e-4, True)
-    assert compose_config("task=mbpp").k == 0.33  # the project's default recipe is unchanged
-    assert compose_config("task=gsm8k").task.domain.digit_weight == 2.0
+    assert compose_config("task=mbpp", "domain=note_code").k == 0.33  # the practice note's ablation
+    assert compose_config("task=gsm8k", "domain=note_math").task.domain.digit_weight == 2.0

@@ -29,7 +29,7 @@ def arith_tokenizer():
 
 @pytest.fixture(scope="session")
 def mbpp_splits():
-    cfg = compose_config("task=mbpp", f"task.local_dir={shared_data('mbpp')}")
+    cfg = compose_config("task=mbpp", "domain=note_code", f"task.local_dir={shared_data('mbpp')}")
     return load_task(cfg.task)
 
 

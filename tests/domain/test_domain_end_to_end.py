@@ -64,7 +64,7 @@ def check_selection_stats(draft_final: Path, k: float) -> dict:
 
 
 def test_gsm8k_three_stages_with_math_strategies(tiny_cfg):
-    cfg, finals = run_three_stages(tiny_cfg, "gsm8k", draft_extra=("task.domain.operator_embedding=true",))
+    cfg, finals = run_three_stages(tiny_cfg, "gsm8k", "domain=note_math", draft_extra=("task.domain.operator_embedding=true",))
     assert finals[-1].parent.name == "draft-k0.4"
     check_artefacts(finals)
     report = check_selection_stats(finals[-1], 0.4)
@@ -73,7 +73,7 @@ def test_gsm8k_three_stages_with_math_strategies(tiny_cfg):
 
 
 def test_mbpp_three_stages_with_code_strategies(tiny_cfg):
-    cfg, finals = run_three_stages(tiny_cfg, "mbpp", draft_extra=("logger.wandb.enabled=true",))
+    cfg, finals = run_three_stages(tiny_cfg, "mbpp", "domain=note_code", draft_extra=("logger.wandb.enabled=true",))
     assert cfg.k == 0.33 and finals[-1].parent.name == "draft-k0.33"
     check_artefacts(finals)
     # the tokenizer trained in stage 1 and shared by all three models has the API names as whole tokens

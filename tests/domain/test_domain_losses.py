@@ -24,7 +24,7 @@ from tests.stage_helpers import model, tokenizer_and_batch
 
 @pytest.fixture
 def math_setup(tiny_cfg):
-    cfg = tiny_cfg()  # task=arith: digit_weight 2.0, operator_weight 1.5
+    cfg = tiny_cfg("domain=note_math")  # digit_weight 2.0, operator_weight 1.5
     tokenizer, batch = tokenizer_and_batch(cfg)
     tables = domain_tables(cfg.task.domain, tokenizer, "draft")
     models = {
@@ -75,7 +75,7 @@ def test_selection_ranks_by_unweighted_delta(math_setup):
 
 
 def test_whitespace_tokens_are_always_selected_for_code(tiny_cfg, mbpp_splits, mbpp_tokenizer):
-    cfg = tiny_cfg("task=mbpp", f"task.local_dir={shared_data('mbpp')}", "task.max_length=256")
+    cfg = tiny_cfg("task=mbpp", "domain=note_code", f"task.local_dir={shared_data('mbpp')}", "task.max_length=256")
     tok = mbpp_tokenizer
     batch = collate(encode_all(tok, mbpp_splits["train"][:8], cfg.task.max_length), tok.pad_token_id)
     tables = domain_tables(cfg.task.domain, tok, "draft")

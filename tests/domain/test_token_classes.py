@@ -59,7 +59,7 @@ def single_id(tokenizer, text: str) -> int:
 
 def test_loss_weights_on_a_trained_tokenizer(arith_tokenizer):
     tok = arith_tokenizer
-    domain = compose_config("task=arith").task.domain  # the math defaults: digits 2.0, operators 1.5
+    domain = compose_config("task=arith", "domain=note_math").task.domain  # digits 2.0, operators 1.5
     tables = domain_tables(domain, tok, "ref")
     weights = tables.token_weights
     assert weights.shape == (len(tok),) and tables.always_keep is None and tables.operator_types is None
@@ -97,6 +97,6 @@ def test_whitespace_tokens_of_code(mbpp_tokenizer):
     texts = token_texts(mbpp_tokenizer)
     assert all(texts[i].isspace() and texts[i] != " " for i in keep.nonzero().flatten().tolist())
     # the code strategies act only in stage 3
-    code = compose_config("task=mbpp").task.domain
+    code = compose_config("task=mbpp", "domain=note_code").task.domain
     assert domain_tables(code, mbpp_tokenizer, "ref").always_keep is None
     assert torch.equal(domain_tables(code, mbpp_tokenizer, "draft").always_keep, keep)
