@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     no_tokenizer_parallelism()
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    for model in args.models:  # every configuration bench will compose, checked before anything runs
+        checked_config(f"model={model}", *args.overrides, f"gamma={args.gamma}")
     torch.set_num_threads(args.threads)
     payload: dict[str, Any] = {
         "name": args.name,

@@ -9,22 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from omegaconf import DictConfig
-from transformers import AutoTokenizer
 
 from adaspec import paths
-from adaspec.artefact_rules import cache_identity, require_artefact
 from adaspec.cli import hydra_entry
-from adaspec.data.datamodule import TaskDataModule
-from adaspec.data.tasks import load_task
-from adaspec.distill.teacher_cache import (
-    CacheSpec,
-    TeacherCache,
-    answer_counts,
-    cache_bytes,
-    write_teacher_cache,
-)
 from adaspec.errors import UserError
-from adaspec.models.build import freeze, load_model
 from adaspec.toolkit import device_for, no_tokenizer_parallelism
 
 no_tokenizer_parallelism()
@@ -33,6 +21,21 @@ no_tokenizer_parallelism()
 def build_cache(cfg: DictConfig) -> Path:
     """The teacher cache of `cfg`'s target, built or found up to date; `cfg` is validated where it was
     composed (the entry point, the paper runner)."""
+    # imported here, not at the top: `python -m adaspec.cache` answers a bad config in a second
+    from transformers import AutoTokenizer
+
+    from adaspec.artefact_rules import cache_identity, require_artefact
+    from adaspec.data.datamodule import TaskDataModule
+    from adaspec.data.tasks import load_task
+    from adaspec.distill.teacher_cache import (
+        CacheSpec,
+        TeacherCache,
+        answer_counts,
+        cache_bytes,
+        write_teacher_cache,
+    )
+    from adaspec.models.build import freeze, load_model
+
     require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
     target_final = paths.final(paths.target_dir(cfg))
     folder = paths.teacher_cache_dir(cfg)

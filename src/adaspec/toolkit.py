@@ -40,10 +40,20 @@ def compose_config(*overrides: str, config_dir: Path = CONF, config_name: str = 
 
 def checked_config(*overrides: str) -> DictConfig:
     """`compose_config`, then `validate`: for the entry points that run what they compose in their own
-    process (bench, gpu-check, the paper runner), where no Hydra entry point has validated it."""
-    from adaspec.config import validate  # cheap, but config imports hydra's ConfigStore: kept out of import
+    process (bench, gpu-check, the paper runner, make models), where no Hydra entry point has checked it.
+    A misspelt key or a bad value is one UserError line, as at the Hydra entry points."""
+    # cheap, but they import hydra's ConfigStore and errors: kept out of this module's import
+    from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    return validate(compose_config(*overrides))
+    from adaspec.cli import composition_error
+    from adaspec.config import validate
+    from adaspec.errors import UserError
+
+    try:
+        cfg = compose_config(*overrides)
+    except (ConfigCompositionException, OverrideParseException) as err:
+        raise UserError(composition_error(err)) from None
+    return validate(cfg)
 
 
 def write_bytes_atomically(path: Path, data: bytes) -> None:

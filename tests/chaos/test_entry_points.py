@@ -65,22 +65,9 @@ def refusal(argv: list[str], tmp: Path) -> tuple[int, str]:
         BENCH_RESULTS.unlink(missing_ok=True)
 
 
-# what still fails, as found by this test, and how; strict: a fix fails the test until its entry is removed
-TRACEBACK = (
-    "the paper and bench drivers compose through toolkit.compose_config, which lets Hydra's "
-    "ConfigCompositionException out as a traceback with exit status 1",
-    AssertionError,
-)
-KNOWN_GAPS = {
-    ("paper", "stgae=ref"): TRACEBACK,
-    ("paper", "stage.lrr=1e-3"): TRACEBACK,
-    ("bench", "stgae=ref"): TRACEBACK,
-    ("bench", "stage.lrr=1e-3"): TRACEBACK,
-    ("bench", "gamma=100"): (
-        "bench's --gamma is not checked against 1..32: bench starts training",
-        pytest.fail.Exception,
-    ),
-}
+# what still fails, as found by this test, and how: (entry point, bad input) -> (reason, exception raised);
+# strict xfail, so a fix fails the test until its entry is removed. None open now.
+KNOWN_GAPS: dict[tuple[str, str], tuple[str, type[BaseException]]] = {}
 
 
 def case(entry: str, override: str):
