@@ -35,8 +35,9 @@ class LossRecorder(pl.Callback):
         self.losses.append(float(outputs["loss"]))
 
 
-def fit_on_fixed_batch(module, batch, steps: int, tmp_path) -> list[float]:
-    """Train `module` for `steps` real Lightning steps on the same batch; return the losses."""
+def fit_on_fixed_batch(module, batch, steps: int, tmp_path, callbacks=()) -> list[float]:
+    """Train `module` for `steps` real Lightning steps on the same batch (with `callbacks` too); return the
+    losses."""
     recorder = LossRecorder()
     trainer = pl.Trainer(
         max_steps=steps,
@@ -45,7 +46,7 @@ def fit_on_fixed_batch(module, batch, steps: int, tmp_path) -> list[float]:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[recorder],
+        callbacks=[recorder, *callbacks],
         default_root_dir=str(tmp_path),
     )
     loader = DataLoader([batch] * steps, batch_size=None)

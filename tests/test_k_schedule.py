@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import pytest
-from torch.utils.data import DataLoader
 
 from adaspec.distill.k_schedule import k_at_step, ramp_steps
 from adaspec.stages.draft import SelectiveDistill
-from tests.stage_helpers import model, tokenizer_and_batch
+from tests.stage_helpers import fit_on_fixed_batch, model, tokenizer_and_batch
 
 
 def test_linear_schedule_starts_at_one_and_reaches_k_at_the_stated_step():
@@ -52,17 +51,7 @@ def test_training_selects_everything_at_step_zero_and_k_from_the_ramp_end(tiny_c
     reference = model(cfg, tokenizer, "draft", 3, frozen=True)
     module = KRecordingDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, reference, k=0.4)
     recorder = RecordK()
-    trainer = pl.Trainer(
-        max_steps=10,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorder],
-        default_root_dir=str(tmp_path),
-    )
-    trainer.fit(module, train_dataloaders=DataLoader([batch] * 10, batch_size=None))
+    fit_on_fixed_batch(module, batch, 10, tmp_path, callbacks=[recorder])
     steps = [r[0] for r in recorder.rows]
     ks = [r[1] for r in recorder.rows]
     fractions = [r[2] for r in recorder.rows]
