@@ -28,6 +28,10 @@ ADD_TESTS = "assert add(1, 2) == 3\n"
         ("def f():\n\treturn 1", "def f():\n\treturn 1"),  # no [DONE]: everything
         ("\n\ndef f():\n    return 1\n\n[DONE]", "def f():\n    return 1"),
         ("[DONE]", ""),
+        # chat-format answers of instruct models: the first markdown code block, whatever surrounds it
+        ("```python\ndef f():\n    return 1\n```\n\nThis returns 1.", "def f():\n    return 1"),
+        ("Here it is:\n```\ndef f():\n    return 1\n", "def f():\n    return 1"),  # unclosed block
+        ("```py\ndef f():\n    return 1\n```\n```python\nprint(2)\n```", "def f():\n    return 1"),
     ],
 )
 def test_extract_code(generated, code):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,8 +21,15 @@ KNOWN_BROKEN_MBPP_TEST_IDS: dict[int, str] = {
 }
 
 
+FENCED = re.compile(r"```[ \t]*(?:python|py|Python)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
 def extract_code(generated_text: str) -> str:
-    """The code a generation holds: the text before "[DONE]", without a leading "[BEGIN]"."""
+    """The code a generation holds: the first markdown code block where there is one (how instruct models
+    answer in chat format), else the text before "[DONE]", without a leading "[BEGIN]"."""
+    fenced = FENCED.search(generated_text)
+    if fenced:
+        return fenced.group(1).strip("\n")
     code = generated_text.split(CODE_DONE, 1)[0].lstrip()
     if code.startswith(CODE_BEGIN.strip()):
         code = code[len(CODE_BEGIN.strip()) :]
