@@ -36,66 +36,39 @@ def scratch_model(
 ) -> GPTNeoXForCausalLM | LlamaForCausalLM:
     """A randomly initialised GPT-NeoX (Pythia architecture), or a Llama when `arch.architecture` says
     llama; the same seed gives the same weights."""
+    shared = dict(
+        vocab_size=vocab_size,
+        hidden_size=arch.hidden_size,
+        num_hidden_layers=arch.num_hidden_layers,
+        num_attention_heads=arch.num_attention_heads,
+        intermediate_size=arch.intermediate_size,
+        max_position_embeddings=max_positions,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation=resolve_attn_implementation(attn_implementation, half_precision),
+    )
     architecture = arch.get("architecture", "gpt_neox")
     if architecture == "llama":
-        return scratch_llama(
-            arch,
-            vocab_size=vocab_size,
-            max_positions=max_positions,
-            seed=seed,
-            tokenizer=tokenizer,
-            attn_implementation=attn_implementation,
-            half_precision=half_precision,
+        # tied input and output embeddings (with a 49k vocabulary the embedding is most of a small draft;
+        # tying halves it) and one key/value head per query head
+        model_class, config = LlamaForCausalLM, LlamaConfig(
+            **shared,
+            num_key_value_heads=arch.num_attention_heads,
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id,
         )
-    if architecture != "gpt_neox":
+    elif architecture == "gpt_neox":
+        model_class, config = GPTNeoXForCausalLM, GPTNeoXConfig(
+            **shared,
+            rotary_pct=0.25,
+            use_parallel_residual=True,
+            tie_word_embeddings=False,
+            bos_token_id=tokenizer.eos_token_id,
+        )
+    else:
         raise UserError(f"model architecture={architecture!r} is unknown: use gpt_neox or llama")
-    config = GPTNeoXConfig(
-        vocab_size=vocab_size,
-        hidden_size=arch.hidden_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        intermediate_size=arch.intermediate_size,
-        max_position_embeddings=max_positions,
-        rotary_pct=0.25,
-        use_parallel_residual=True,
-        tie_word_embeddings=False,
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        attn_implementation=resolve_attn_implementation(attn_implementation, half_precision),
-    )
     torch.manual_seed(seed)
-    return GPTNeoXForCausalLM(config)
-
-
-def scratch_llama(
-    arch: DictConfig,
-    *,
-    vocab_size: int,
-    max_positions: int,
-    seed: int,
-    tokenizer,
-    attn_implementation: str = "auto",
-    half_precision: bool = False,
-) -> LlamaForCausalLM:
-    """A randomly initialised Llama with tied input and output embeddings (with a 49k vocabulary the
-    embedding is most of a small draft; tying halves it) and one key/value head per query head."""
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=arch.hidden_size,
-        num_hidden_layers=arch.num_hidden_layers,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_attention_heads,
-        intermediate_size=arch.intermediate_size,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        attn_implementation=resolve_attn_implementation(attn_implementation, half_precision),
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+    return model_class(config)
 
 
 def load_model(
