@@ -4,6 +4,7 @@ rewrites a run of another config; a corrupted artefact is refused by name."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -139,3 +140,21 @@ def test_a_corrupted_artefact_is_refused_naming_the_file(tiny_cfg, damage):
         require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
     with pytest.raises(UserError, match=r"model.safetensors is corrupted"):
         run_stage(tiny_cfg("stage=ref"))
+
+
+def test_a_weight_file_added_after_training_or_an_older_artefact_is_still_checked(tiny_cfg):
+    cfg = tiny_cfg("stage=target")
+    final = run_stage(cfg)
+    (final / "extra.safetensors").write_bytes(b"not trained")
+    with pytest.raises(UserError, match=r"extra.safetensors was added to the artefact after training"):
+        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    (final / "extra.safetensors").unlink()
+    # an artefact saved before per-file hashes: the combined weights hash still catches a change
+    meta = json.loads((final / "meta.json").read_text())
+    del meta["files"]
+    (final / "meta.json").write_text(json.dumps(meta))
+    require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64] + os.urandom(64))
+    with pytest.raises(UserError, match=r"the weights in .* are corrupted"):
+        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)

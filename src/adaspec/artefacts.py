@@ -116,7 +116,14 @@ def verify_weights(folder: Path, rerun: str) -> dict[str, Any]:
     """The artefact's meta, after checking that its weight and tokenizer files are the ones it was saved
     with (one sha256 pass over them: about a second per 500 MB). Raises naming the changed file."""
     meta = read_meta(folder)
-    recorded = meta.get("files", {})
+    recorded = meta.get("files")
+    if recorded is None:  # an artefact saved before per-file hashes were recorded: the combined hash
+        if weights_hash(folder) != meta["weights"]:
+            raise UserError(
+                f"the weights in {folder} are corrupted or were changed after training (hash differs from "
+                f"{folder / META}); rerun {rerun} with overwrite=true"
+            )
+        return meta
     for name, value in recorded.items():
         if not (folder / name).is_file():
             raise UserError(
@@ -127,10 +134,11 @@ def verify_weights(folder: Path, rerun: str) -> dict[str, Any]:
                 f"{folder / name} is corrupted or was changed after training (its hash differs from "
                 f"{folder / META}); rerun {rerun} with overwrite=true"
             )
-    if weights_hash(folder) != meta["weights"]:
+    extra = sorted(set(identity_files(folder)) - set(recorded))
+    if extra:
         raise UserError(
-            f"the weights in {folder} are corrupted or were changed after training (hash differs from "
-            f"{folder / META}); rerun {rerun} with overwrite=true"
+            f"{folder / extra[0]} was added to the artefact after training (not in {folder / META}); "
+            f"rerun {rerun} with overwrite=true"
         )
     return meta
 
