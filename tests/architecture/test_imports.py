@@ -112,9 +112,10 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_every_import_inside_a_function_says_why():
     mods = modules()
     unexplained = []
-    for name, path in mods.items():
-        lines = path.read_text().splitlines()
-        for function, imports in function_imports(ast.parse(path.read_text())):
+    for path in mods.values():
+        source = path.read_text()
+        lines = source.splitlines()
+        for function, imports in function_imports(ast.parse(source)):
             first = min(n.lineno for n in imports)
             last = max(n.end_lineno or n.lineno for n in imports)
             # the comment sits on the line above the function's first import, or on one of its imports

@@ -9,7 +9,6 @@ from adaspec.config import validate
 from adaspec.errors import UserError
 from tests.conftest import compose_config
 
-
 PLAIN = dict(digit_weight=1.0, operator_weight=1.0, operator_embedding=False, keep_whitespace_tokens=False,
              api_vocab_size=0)
 
