@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install sandbox-tools models demo stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ stage3: install
 # Teacher-signal cache: run the target once; stages 2-3 read it with ARGS="distill.teacher=cache".
 cache: install
 	$(PY) -m adaspec.cache $(ARGS)
+
+# The target's own answers to the training prompts, for ARGS="distill.data=target" (make cache runs it too).
+answers: install
+	$(PY) -m adaspec.answers $(ARGS)
 
 eval: install
 	$(PY) -m adaspec.evaluate $(ARGS)

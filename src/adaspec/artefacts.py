@@ -32,8 +32,8 @@ DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
 
 
 def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
-    """What of `distill` changes the reference (stage 2): its divergence, and a top-K teacher cache (a
-    truncated teacher). Empty at the defaults, so references made before these keys counted keep their
+    """What of `distill` changes the reference (stage 2): its divergence, a top-K teacher cache (a
+    truncated teacher) and the data it trains on. Empty at the defaults, so references made before these keys counted keep their
     fingerprint."""
     keys: dict[str, Any] = {}
     if distill.divergence != "forward_kl":
@@ -42,6 +42,9 @@ def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
             keys["jsd_beta"] = distill.jsd_beta
     if distill.teacher == "cache" and distill.cache_mode == "topk":
         keys["cache_topk"] = distill.cache_topk
+    if distill.get("data", "dataset") != "dataset":
+        keys["data"] = str(distill.data)
+        keys["answer_max_new_tokens"] = distill.answer_max_new_tokens
     return keys
 
 

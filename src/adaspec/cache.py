@@ -26,12 +26,14 @@ def build_cache(cfg: DictConfig) -> Path:
 
     from adaspec.artefact_rules import cache_identity, require_artefact
     from adaspec.data.datamodule import TaskDataModule
+    from adaspec.data.target_answers import ensure_target_answers, training_splits
     from adaspec.data.tasks import load_task
     from adaspec.distill.teacher_cache import (
         CacheSpec,
         TeacherCache,
         answer_counts,
         cache_bytes,
+        derive_topk,
         write_teacher_cache,
     )
     from adaspec.models.build import freeze, load_model
@@ -41,9 +43,13 @@ def build_cache(cfg: DictConfig) -> Path:
     folder = paths.teacher_cache_dir(cfg)
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
+    splits, target = load_task(cfg.task), None
+    if cfg.distill.data == "target":  # the cache covers the target's answers: generate them first
+        target = freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg))
+        ensure_target_answers(cfg, splits["train"], target, tokenizer)
     data = TaskDataModule(
         tokenizer,
-        load_task(cfg.task),
+        training_splits(cfg, splits),
         batch_size=cfg.stage.batch_size,
         max_length=cfg.task.max_length,
         n_val=cfg.task.n_val,
@@ -59,8 +65,11 @@ def build_cache(cfg: DictConfig) -> Path:
             raise UserError(f"{err} (pass overwrite=true to replace it)") from err
         print(f"[adaspec] cache: {folder} is up to date, skipping")
         return folder
-    target = freeze(load_model(target_final, cfg.model.attn_implementation))
-    target = target.to(device_for(cfg))
+    larger = larger_topk_cache(folder, spec, identity)
+    if larger is not None:
+        print(f"[adaspec] cache: {spec.name} cut from {larger.folder} (no target pass) -> {folder}")
+        return derive_topk(larger, folder, spec.topk, identity)
+    target = target or freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg))
     rows = int(answer_counts(encoded).sum())
     size = cache_bytes(rows, target.config.vocab_size, spec)
     print(
@@ -75,6 +84,26 @@ def build_cache(cfg: DictConfig) -> Path:
         batch_size=cfg.stage.batch_size,
         pad_id=tokenizer.pad_token_id,
     )
+
+
+def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):
+    """A finished top-K' cache (K' > K) beside `folder` for the same target and data, the smallest such."""
+    from adaspec.distill.teacher_cache import TeacherCache  # see build_cache
+
+    if spec.mode != "topk" or not folder.parent.is_dir():
+        return None
+    prefix = folder.name[: -len(spec.name)]  # "" or "target-answers-"
+    found = []
+    for other in folder.parent.iterdir():
+        suffix = other.name[len(prefix) + len("topk"):]
+        if other.name.startswith(prefix + "topk") and suffix.isdigit() and int(suffix) > spec.topk:
+            try:
+                cache = TeacherCache(other)
+                cache.check_identity(identity)
+            except UserError:
+                continue
+            found.append(cache)
+    return min(found, key=lambda c: c.spec.topk, default=None)
 
 
 @hydra_entry

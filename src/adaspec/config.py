@@ -116,6 +116,11 @@ class TeacherSource(StrEnum):
     cache = "cache"  # read the teacher cache (`make cache`)
 
 
+class DistillData(StrEnum):
+    dataset = "dataset"  # the task's reference answers
+    target = "target"  # answers the target generated for the training prompts (adaspec.data.target_answers)
+
+
 class CacheMode(StrEnum):
     exact = "exact"  # full float16 log-probs
     topk = "topk"  # the top `cache_topk` log-probs and the remaining mass
@@ -284,6 +289,11 @@ class DistillConfig:
     threshold_ema: float = 0.3
     k_schedule: KSchedule = KSchedule.constant
     k_schedule_frac: float = 0.2  # k_schedule=linear: the fraction of the steps over which k falls to `k`
+    # what stages 2-3 train on: the dataset's answers, or the target's own greedy answers to the training
+    # prompts (sequence-level distillation, generated once and cached beside the target; `make answers`)
+    data: DistillData = DistillData.dataset
+    answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
+    answer_batch_size: int = 16  # data=target: prompts per generation batch
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 
@@ -494,7 +504,8 @@ def _validate_stage(stage: DictConfig) -> None:
 
 
 def _validate_distill(distill: DictConfig) -> None:
-    for key in ("refresh_every_n_steps", "calibration_batches", "chunk_size", "cache_topk"):
+    for key in ("refresh_every_n_steps", "calibration_batches", "chunk_size", "cache_topk",
+                "answer_max_new_tokens", "answer_batch_size"):
         _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
     _check(
         not (

@@ -34,6 +34,12 @@ def format_k(k: float) -> str:
     return f"{float(k):g}"
 
 
+def _data_suffix(cfg: DictConfig) -> str:
+    """Drafts trained on the target's own answers (distill.data=target) live beside the dataset-trained ones."""
+    distill = cfg.get("distill")
+    return "-target-answers" if distill is not None and distill.get("data") == "target" else ""
+
+
 def target_dir(cfg: DictConfig) -> Path:
     tag = cfg.stage.tag if cfg.stage.name == "target" else ""
     return _model_root(cfg) / f"seed{cfg.target_seed}" / f"target{_suffix(tag)}"
@@ -45,13 +51,13 @@ def draft_init_dir(cfg: DictConfig) -> Path:
 
 def ref_dir(cfg: DictConfig) -> Path:
     tag = cfg.stage.tag if cfg.stage.name == "ref" else ""
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}{_data_suffix(cfg)}"
 
 
 def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None) -> Path:
     k = cfg.k if k is None else k
     tag = (cfg.stage.tag if cfg.stage.name == "draft" else "") if tag is None else tag
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}{_data_suffix(cfg)}"
 
 
 def pretrain_target_dir(cfg: DictConfig) -> Path:
@@ -90,8 +96,15 @@ def teacher_cache_dir(cfg: DictConfig) -> Path:
     """The teacher cache belongs to the target it was computed from."""
     d = cfg.distill
     name = "exact" if d.cache_mode == "exact" else f"topk{d.cache_topk}"
+    if d.get("data", "dataset") == "target":  # the target's own answers: other tokens, another cache
+        name = f"target-answers-{name}"
     return target_dir(cfg) / "teacher_cache" / name
 
 
+def target_answers_dir(cfg: DictConfig) -> Path:
+    """The target's generated answers to the training prompts (distill.data=target) belong to the target."""
+    return target_dir(cfg) / "answers" / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}"
+
+
 def eval_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / "eval"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"eval{_data_suffix(cfg)}"

@@ -21,6 +21,7 @@ from adaspec.artefact_rules import check_not_done, check_upstream, record_run_st
 from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.config import PRETRAIN_STAGES
 from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.target_answers import training_splits
 from adaspec.data.tasks import load_task
 from adaspec.distill.budget import apply_token_budget
 from adaspec.distributed import is_global_zero, say
@@ -46,7 +47,7 @@ def resolve_stage_config(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     the task's splits when resolving needed them."""
     cfg = pretrain_stage_config(cfg)
     if cfg.stage.name == "draft" and cfg.distill.match_token_budget:  # the budget depends on the data's size
-        splits = load_task(cfg.task)
+        splits = training_splits(cfg, load_task(cfg.task))
         return apply_token_budget(cfg, len(splits["train"]), world_size(cfg.trainer)), splits
     return cfg, None
 
@@ -63,6 +64,8 @@ def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, di
     corpus = {}
     if stage in PRETRAIN_STAGES:  # stage 0 trains on the code corpus, not on the task
         splits, corpus = corpus_splits(blocks, cfg.pretrain.n_val)
+    elif stage in ("ref", "draft"):  # after the tokenizer and draft vocabulary, which the dataset's text made
+        splits = training_splits(cfg, splits)
     data = TaskDataModule(
         tokenizer,
         splits,

@@ -187,3 +187,32 @@ def write_teacher_cache(
 
     write_atomically(Path(folder), fill)
     return Path(folder)
+
+
+def derive_topk(source: TeacherCache, folder: Path, topk: int, identity: dict[str, str]) -> Path:
+    """A top-`topk` cache cut from a top-K cache (K > topk) of the same target and data, without running the
+    target: the K values are sorted, so their first `topk` are the top-`topk`, and the bucket takes the rest
+    (equal to a direct top-`topk` cache up to the float16 rounding of the stored log-probabilities)."""
+    if source.spec.mode != "topk" or source.spec.topk <= topk:
+        raise ValueError(f"cannot cut top-{topk} from {source.spec.name}")
+    source.check_identity(identity)
+    rows = source.meta["rows"]
+
+    def fill(tmp: Path) -> None:
+        np.save(tmp / "offsets.npy", source.offsets)
+        top_lp = np.memmap(tmp / "top_logprobs.f16", dtype=np.float16, mode="w+", shape=(rows, topk))
+        top_ids = np.memmap(tmp / "top_ids.i32", dtype=np.int32, mode="w+", shape=(rows, topk))
+        rest = np.memmap(tmp / "rest_mass.f32", dtype=np.float32, mode="w+", shape=(rows,))
+        for start in range(0, rows, 65536):
+            end = min(start + 65536, rows)
+            values = np.asarray(source.top_logprobs[start:end, :topk])
+            top_lp[start:end] = values
+            top_ids[start:end] = source.top_ids[start:end, :topk]
+            rest[start:end] = np.clip(1 - np.exp(values.astype(np.float64)).sum(-1), 0, None)
+        for array in (top_lp, top_ids, rest):
+            array.flush()
+        meta = {**source.meta, "topk": topk, "derived_from": source.spec.name}
+        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    write_atomically(Path(folder), fill)
+    return Path(folder)

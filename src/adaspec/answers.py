@@ -1,0 +1,31 @@
+"""Generate the target's answers to the training prompts: `python -m adaspec.answers` (`make answers`).
+
+What `distill.data=target` trains stages 2-3 on (adaspec.data.target_answers). Resumable: a rerun
+continues with the prompts not answered yet. `make cache ... distill.data=target` runs this first itself.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from adaspec import paths
+from adaspec.cli import hydra_entry
+from adaspec.toolkit import no_tokenizer_parallelism
+
+no_tokenizer_parallelism()
+
+
+@hydra_entry
+def main(cfg: DictConfig) -> None:
+    # imported here, not at the top: a bad config is answered in a second
+    from adaspec.artefact_rules import require_artefact
+    from adaspec.data.target_answers import ensure_target_answers
+    from adaspec.data.tasks import load_task
+
+    require_artefact(paths.target_dir(cfg), "target", "answers", cfg)
+    folder = ensure_target_answers(cfg, load_task(cfg.task)["train"])
+    print(f"[adaspec] answers: {folder} is complete")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""distill.data=target (the target's own answers as training data) and top-K caches cut from a larger one,
+on the test-size model=smollm2 pipeline of test_smollm2_pipeline: a tiny chat Llama as the target."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from adaspec import paths
+from adaspec.artefacts import fingerprint, read_meta
+from adaspec.cache import build_cache
+from adaspec.config import validate
+from adaspec.data.datamodule import encode_all
+from adaspec.data.encoding import prompt_ids, stop_token_id
+from adaspec.data.target_answers import ANSWERS, ensure_target_answers, read_answers
+from adaspec.data.tasks import load_task
+from adaspec.decoding import target_generate
+from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
+from adaspec.errors import UserError
+from adaspec.models.vocab import load_draft
+from adaspec.pipeline import run_stage
+from tests.conftest import SHARED_DATA, compose_config
+from tests.test_smollm2_pipeline import tiny_instruct_target
+
+N_TRAIN = 8
+MAX_NEW = 200
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, one_torch_thread):
+    tmp = tmp_path_factory.mktemp("answers")
+    overrides = [
+        "model=smollm2",
+        f"model.target_path={tmp / 'instruct'}",
+        f"paths.models={tmp / 'models'}",
+        f"paths.root={tmp / 'outputs'}",
+        "task=gsm8k",
+        f"task.local_dir={SHARED_DATA / 'gsm8k'}",
+        f"task.n_train={N_TRAIN}",
+        "task.n_test=4",
+        "task.n_val=2",
+        "task.max_length=512",
+        "model.draft.hidden_size=16",
+        "model.draft.num_hidden_layers=1",
+        "model.draft.num_attention_heads=2",
+        "model.draft.intermediate_size=32",
+        "model.draft_vocab_size=96",
+        "distill.teacher=cache",
+        "distill.cache_mode=topk",
+        "distill.cache_topk=8",
+        f"distill.answer_max_new_tokens={MAX_NEW}",
+        "distill.answer_batch_size=1",
+        "stage.batch_size=4",
+        "stage.max_steps=4",
+        "trainer.enable_progress_bar=false",
+    ]
+
+    def cfg(*more: str):
+        return validate(compose_config(*overrides, *more))
+
+    tiny_instruct_target(tmp / "instruct", load_task(cfg().task)["train"], steps=60)
+    run_stage(cfg("stage=target", "stage.max_steps=0"))
+    yield cfg
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_stages_refuse_to_start_without_the_answers_and_name_the_command(setup):
+    with pytest.raises(UserError, match="make answers"):
+        run_stage(setup("stage=ref", "distill.data=target", "distill.teacher=live"))
+
+
+def test_answers_are_the_targets_greedy_output_and_generation_resumes(setup, capsys):
+    c = setup("stage=ref", "distill.data=target")
+    build_cache(c)  # generates the answers first
+    folder = paths.target_answers_dir(c)
+    saved = read_answers(folder)
+    assert sorted(saved) == list(range(N_TRAIN))
+    final = paths.final(paths.target_dir(c))
+    tokenizer = AutoTokenizer.from_pretrained(str(final))
+    target = load_draft(final).eval()
+    stop = stop_token_id(tokenizer, "chat")
+    for i, example in enumerate(load_task(c.task)["train"]):
+        ids = torch.tensor([prompt_ids(tokenizer, example.prompt, "chat")])
+        tokens = target_generate(target, ids, max_new_tokens=MAX_NEW, eos_token_id=stop).tokens
+        assert saved[i]["stopped"] == (stop in tokens)
+        assert saved[i]["answer"] == tokenizer.decode([t for t in tokens if t != stop], skip_special_tokens=True)
+    assert any(r["stopped"] for r in saved.values())
+    # a crash in the middle of a line: the cut record is generated again, nothing else
+    lines = (folder / ANSWERS).read_text().splitlines()
+    (folder / ANSWERS).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:10])
+    capsys.readouterr()
+    ensure_target_answers(c, load_task(c.task)["train"])
+    assert "target answers: 1 prompts" in capsys.readouterr().out
+    assert read_answers(folder) == saved
+
+
+def test_stages_train_on_the_finished_target_answers_only(setup):
+    c = setup("stage=ref", "distill.data=target")
+    build_cache(c)
+    run_stage(c)
+    saved = read_answers(paths.target_answers_dir(c))
+    finished = [saved[i]["answer"] for i in range(N_TRAIN) if saved[i]["stopped"]]
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
+    cache = TeacherCache(paths.teacher_cache_dir(c))
+    assert paths.teacher_cache_dir(c).name == "target-answers-topk8"
+    counts = np.diff(cache.offsets)[: len(finished)].tolist()
+    assert counts == [len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in finished]
+    assert cache.meta["examples"] == len(finished) + c.task.n_val
+    ref = paths.ref_dir(c)
+    assert ref.name == "ref-target-answers" and read_meta(paths.final(ref))["stage"] == "ref"
+    assert fingerprint(c, "ref") != fingerprint(setup("stage=ref"), "ref")
+
+
+def test_a_smaller_top_k_cache_is_cut_from_a_larger_one(setup, tmp_path, capsys):
+    c8, c4 = setup("stage=ref"), setup("stage=ref", "distill.cache_topk=4")
+    build_cache(c8)
+    capsys.readouterr()
+    build_cache(c4)
+    assert "cut from" in capsys.readouterr().out
+    cut = TeacherCache(paths.teacher_cache_dir(c4))
+    final = paths.final(paths.target_dir(c4))
+    tokenizer = AutoTokenizer.from_pretrained(str(final))
+    splits = load_task(c4.task)
+    encoded = encode_all(tokenizer, splits["train"], 512, prompt_format="chat")
+    encoded += encode_all(tokenizer, splits["test"][:2], 512, len(encoded), "chat")
+    direct = TeacherCache(write_teacher_cache(
+        load_draft(final).eval(), encoded, tmp_path / "direct", CacheSpec("topk", 4), cut.meta["identity"],
+        batch_size=4, pad_id=tokenizer.pad_token_id, progress=False,
+    ))
+    assert cut.meta["rows"] == direct.meta["rows"] and cut.meta["derived_from"] == "topk8"
+    assert np.array_equal(np.asarray(cut.top_ids), np.asarray(direct.top_ids))
+    assert np.allclose(np.asarray(cut.top_logprobs, np.float32), np.asarray(direct.top_logprobs, np.float32), atol=1e-2)
+    assert np.allclose(np.asarray(cut.rest), np.asarray(direct.rest), atol=2e-3)
+    assert json.loads((paths.teacher_cache_dir(c4) / "cache.json").read_text())["topk"] == 4
