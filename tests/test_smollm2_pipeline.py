@@ -215,3 +215,39 @@ def test_the_evaluation_notes_that_hf_assisted_is_skipped_for_a_reduced_draft(ru
     for row in results["drafts"].values():
         assert row["speedup_vs_hf_assisted"] is None and "hf_assisted/wall_time_s" not in row
         assert row["alpha"] is not None
+
+
+def test_bench_real_times_every_gamma_and_is_exact_when_greedy(run, tmp_path):
+    """`make bench-real` on the trained test-size pair: a row per policy and temperature, the greedy runs
+    equal to target-only decoding, and the expected speed-up computed from the measured alpha and costs."""
+    from adaspec.bench_real import expected_speedup, main
+
+    cfg, _, _, tmp = run
+    c = cfg()
+    overrides = [
+        "model=smollm2", f"model.target_path={tmp / 'instruct'}", f"paths.models={tmp / 'models'}",
+        f"paths.root={c.paths.root}", "task=gsm8k", f"task.local_dir={c.task.local_dir}", f"task.n_train={N_TRAIN}",
+        "task.n_test=4", "task.n_val=2", "task.max_length=512", "model.draft.hidden_size=16",
+        "model.draft.num_hidden_layers=1", "model.draft.num_attention_heads=2", "model.draft.intermediate_size=32",
+        f"model.draft_vocab_size={DRAFT_VOCAB}", "distill.teacher=cache", "distill.cache_mode=topk",
+        "distill.cache_topk=8", "stage.batch_size=4", "stage.max_steps=8",
+    ]
+    payload = main(["--prompts", "2", "--max-new-tokens", "12", "--gammas", "1,3", "--temperatures", "0,1",
+                    "--threads", "1", "--out", str(tmp_path), *overrides])
+    assert json.loads((tmp_path / "smollm2.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
+    assert [(r["temperature"], r["policy"]) for r in payload["rows"]] == [
+        (t, p) for t in (0.0, 1.0) for p in ("fixed-1", "fixed-3", "adaptive")
+    ]
+    assert payload["draft_vocab_size"] == DRAFT_VOCAB and "reduced vocabulary" in payload["hf_assisted"]
+    costs = payload["costs"]
+    for row in payload["rows"]:
+        assert row["greedy_mismatches"] == (0 if row["temperature"] == 0 else None)
+        assert 0 <= row["alpha"] <= 1 and row["speedup_vs_target"] > 0
+        if row["policy"] == "fixed-3":
+            assert row["mean_gamma"] <= 3
+    fixed1 = payload["rows"][0]
+    verify = costs["target_verify_s"][1]
+    assert fixed1["expected_speedup"] == pytest.approx(
+        expected_speedup(fixed1["alpha"], fixed1["mean_gamma"], costs["draft_1_s"], verify, costs["target_1_s"])
+    )
+    assert expected_speedup(1.0, 3, 0.0, 1.0, 1.0) == 4 and expected_speedup(0.0, 3, 0.1, 1.0, 1.0) == pytest.approx(1 / 1.3)

@@ -45,6 +45,8 @@ def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
     if distill.get("data", "dataset") != "dataset":
         keys["data"] = str(distill.data)
         keys["answer_max_new_tokens"] = distill.answer_max_new_tokens
+        if distill.data == "mixed":
+            keys["on_policy_fraction"] = distill.on_policy_fraction
     return keys
 
 

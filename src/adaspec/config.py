@@ -119,6 +119,8 @@ class TeacherSource(StrEnum):
 class DistillData(StrEnum):
     dataset = "dataset"  # the task's reference answers
     target = "target"  # answers the target generated for the training prompts (adaspec.data.target_answers)
+    draft = "draft"  # on-policy: the student samples every batch's answers (adaspec.distill.on_policy)
+    mixed = "mixed"  # on-policy on a share distill.on_policy_fraction of the steps, the dataset's answers else
 
 
 class CacheMode(StrEnum):
@@ -294,6 +296,7 @@ class DistillConfig:
     data: DistillData = DistillData.dataset
     answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
     answer_batch_size: int = 16  # data=target: prompts per generation batch
+    on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 
@@ -522,6 +525,14 @@ def _validate_distill(distill: DictConfig) -> None:
         "distill.cache_ref_kl",
         distill.cache_ref_kl,
         "needs distill.teacher=cache",
+    )
+    _check(0.0 <= distill.on_policy_fraction <= 1.0, "distill.on_policy_fraction", distill.on_policy_fraction,
+           "must be in [0, 1]")
+    _check(
+        not (distill.cache_ref_kl and distill.data in (DistillData.draft, DistillData.mixed)),
+        "distill.cache_ref_kl", distill.cache_ref_kl,
+        "cannot serve on-policy batches (distill.data=draft|mixed), whose tokens are sampled during training; "
+        "set it false",
     )
     budget_k = distill.budget_k
     if budget_k is not None:

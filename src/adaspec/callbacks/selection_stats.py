@@ -45,7 +45,7 @@ class SelectionStats(pl.Callback):
             return
         self._seen = last
         mask, selected = last
-        ids = answer_targets(batch["labels"], mask)
+        ids = answer_targets(getattr(pl_module, "last_labels", batch["labels"]), mask)
         self.selected = self._add(self.selected, ids[selected])
         self.filtered = self._add(self.filtered, ids[~selected])
 
@@ -82,7 +82,9 @@ class SelectionStats(pl.Callback):
         }
 
     def on_train_end(self, trainer, pl_module) -> None:
-        counts = torch.stack([self.selected, self.filtered]).to(pl_module.device)
+        width = max(len(self.selected), len(self.filtered))  # on-policy samples may hold padding ids
+        counts = torch.stack([torch.cat([c, c.new_zeros(width - len(c))]) for c in (self.selected, self.filtered)])
+        counts = counts.to(pl_module.device)
         counts = trainer.strategy.reduce(counts, reduce_op="sum").cpu()  # summed over data-parallel ranks
         if not trainer.is_global_zero:
             return

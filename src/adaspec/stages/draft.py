@@ -30,7 +30,7 @@ from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stages.base import attn_implementation
-from adaspec.stages.ref import ReferenceDistill, distillation_models
+from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
 from adaspec.stages.teachers import cached_ref_kl, frozen_artefact
 
 
@@ -47,13 +47,15 @@ class SelectiveDistill(ReferenceDistill):
         ref_kl: np.ndarray | None = None,
         token_weights: torch.Tensor | None = None,
         always_keep: torch.Tensor | None = None,
+        on_policy: dict | None = None,
     ):
         """With `ref_kl` (per cache row, see adaspec.distill.ref_kl_cache) the reference is never run.
         `always_keep` [V] bool: label token ids selected whatever their dL (task.domain.keep_whitespace_tokens),
         in addition to the top-k, which still ranks every token by the unweighted dL."""
         frozen = {"reference": reference} if reference is not None else {}
         super().__init__(
-            student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights
+            student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights,
+            on_policy=on_policy,
         )
         self.register_buffer("always_keep", always_keep, persistent=False)
         self.ref_kl = ref_kl
@@ -83,6 +85,7 @@ class SelectiveDistill(ReferenceDistill):
             ref_kl=ref_kl,
             token_weights=domain.token_weights,
             always_keep=domain.always_keep,
+            on_policy=on_policy_settings(cfg, tokenizer),
         )
 
     def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
@@ -102,9 +105,11 @@ class SelectiveDistill(ReferenceDistill):
         callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
         return callbacks + super().callbacks(cfg, data)
 
-    def token_deltas(self, batch: dict[str, torch.Tensor]):
-        """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1])."""
-        kl_draft, signal, mask = self.student_divergence(batch)
+    def token_deltas(self, batch: dict[str, torch.Tensor], teacher=None):
+        """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1]); `teacher` (default the
+        configured one) gives both divergences."""
+        teacher = teacher or self.teacher
+        kl_draft, signal, mask = self.student_divergence(batch, teacher)
         if (
             self.ref_kl is not None
         ):  # cached per-token KL of the frozen reference, aligned with the teacher cache
@@ -113,7 +118,7 @@ class SelectiveDistill(ReferenceDistill):
             )
         else:
             with torch.no_grad():
-                kl_ref = self.teacher.divergence(
+                kl_ref = teacher.divergence(
                     signal, self._answer_logits(self.frozen["reference"], batch, mask)
                 )
         return kl_draft, kl_draft.detach() - kl_ref, mask
@@ -145,7 +150,8 @@ class SelectiveDistill(ReferenceDistill):
         return selected, weights, cut
 
     def loss(self, batch):
-        kl_draft, delta, mask = self.token_deltas(batch)
+        batch, teacher, step_metrics = self.training_batch(batch)
+        kl_draft, delta, mask = self.token_deltas(batch, teacher)
         k = self.current_k()
         ranked, soft, threshold = self.selection(delta, mask, k)
         selected = ranked
@@ -155,6 +161,7 @@ class SelectiveDistill(ReferenceDistill):
             if soft is not None:  # always-kept tokens weigh at least 1
                 soft = torch.where(kept, soft.clamp_min(1.0), soft)
         self.last_selection = (mask, selected)  # read by callbacks that count selected tokens
+        self.last_labels = batch["labels"]  # what they were selected from (an on-policy step samples its own)
         self.last_delta = delta
         if soft is None:
             denominator = selected.sum()
@@ -168,7 +175,8 @@ class SelectiveDistill(ReferenceDistill):
             per_token = per_token * weights
         keep = selected if soft is None else soft > 0
         loss = torch.where(keep, per_token, 0.0).sum() / max(float(denominator), 1.0)
-        metrics = {"selected_frac": selected.float().mean(), "delta_mean": delta.mean(), "threshold": threshold}
+        metrics = {"selected_frac": selected.float().mean(), "delta_mean": delta.mean(), "threshold": threshold,
+                   **step_metrics}
         if str(self.distill_cfg.get("k_schedule", "constant")) != "constant":
             metrics["k"] = k
         return loss, metrics

@@ -7,6 +7,8 @@ reference of stage 3, which shares its map.
 
 from __future__ import annotations
 
+import time
+
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
@@ -16,6 +18,7 @@ from adaspec import paths
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import stop_token_id
+from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
@@ -35,22 +38,28 @@ class ReferenceDistill(StageModule):
         frozen: dict[str, PreTrainedModel] | None = None,
         teacher=None,
         token_weights: torch.Tensor | None = None,
+        on_policy: dict | None = None,
     ):
         """`teacher` (a LiveTeacher or CachedTeacher) defaults to running `target` live. With a cached
         teacher, `target` may be None, or kept only for callbacks that decode with it. `token_weights` [V]:
-        the loss weight of each label token id (task.domain digit/operator weights; None: all 1)."""
+        the loss weight of each label token id (task.domain digit/operator weights; None: all 1).
+        `on_policy` (distill.data=draft|mixed): fraction, seed, stop_id, pad_id and max_new_tokens of the
+        steps that train on the student's own samples, against `target` run live."""
         models = {"target": target} if target is not None else {}
         super().__init__(student, stage, frozen={**models, **(frozen or {})})
         self.distill_cfg = distill
-        teacher = teacher or LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta)
-        self.teacher = for_draft(teacher, draft_vocab_of(student))
+        live = LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta) if target else None
+        self.teacher = for_draft(teacher or live, draft_vocab_of(student))
+        self.live_teacher = for_draft(live, draft_vocab_of(student)) if live else None
+        self.on_policy = on_policy
         self.register_buffer("token_weights", token_weights, persistent=False)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
         teacher, target, student = distillation_models(cfg, tokenizer, data)
         weights = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name).token_weights
-        return cls(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=weights)
+        return cls(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=weights,
+                   on_policy=on_policy_settings(cfg, tokenizer))
 
     def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
         """The acceptance monitor: real speculative decoding against the target every n steps."""
@@ -75,12 +84,27 @@ class ReferenceDistill(StageModule):
         logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
         return answer_logits(logits, mask)
 
-    def student_divergence(self, batch: dict[str, torch.Tensor]):
+    def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
+        teacher = teacher or self.teacher
         mask = answer_mask(batch["labels"])
         with torch.no_grad():
-            signal = self.teacher.signal(batch, mask)
-        return self.teacher.divergence(signal, self._answer_logits(self.student, batch, mask)), signal, mask
+            signal = teacher.signal(batch, mask)
+        return teacher.divergence(signal, self._answer_logits(self.student, batch, mask)), signal, mask
+
+    def training_batch(self, batch: dict[str, torch.Tensor]):
+        """(batch, teacher, metrics) of this optimiser step: the loader's batch and the configured teacher,
+        or on an on-policy step (distill.data=draft|mixed) the student's own continuations of the same
+        prompts and the target run live on them."""
+        settings = self.on_policy
+        if settings is None or not is_on_policy_step(settings["fraction"], settings["seed"], self.global_step):
+            return batch, self.teacher, ({"on_policy": 0.0} if settings else {})
+        started = time.perf_counter()
+        sampled = student_continuations(
+            self.student, batch, stop_id=settings["stop_id"], pad_id=settings["pad_id"],
+            max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], step=self.global_step,
+        )
+        return sampled, self.live_teacher, {"on_policy": 1.0, "generation_s": time.perf_counter() - started}
 
     def answer_weights(self, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor | None:
         """[N] loss weight of each answer token's label, or None when every weight is 1. The weighted sum is
@@ -90,11 +114,12 @@ class ReferenceDistill(StageModule):
         return self.token_weights[answer_targets(batch["labels"], mask)].float()
 
     def loss(self, batch):
-        kl, _, mask = self.student_divergence(batch)
+        batch, teacher, metrics = self.training_batch(batch)
+        kl, _, mask = self.student_divergence(batch, teacher)
         weights = self.answer_weights(batch, mask)
         if weights is None:
-            return kl.mean(), {}
-        return (kl * weights).sum() / max(kl.numel(), 1), {}
+            return kl.mean(), metrics
+        return (kl * weights).sum() / max(kl.numel(), 1), metrics
 
     def val_metrics(self, batch):
         kl, _, _ = self.student_divergence(batch)
@@ -107,7 +132,21 @@ def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, dat
     seed's draft initialisation (with its id map as `draft_vocab` when its vocabulary is reduced)."""
     attn = attn_implementation(cfg)
     teacher = cached_teacher(cfg, data)
-    needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0
+    needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)
     target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
     student = load_draft(ensure_draft_init(cfg, tokenizer), attn)
     return teacher, target, student
+
+
+def on_policy_settings(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> dict | None:
+    """What ReferenceDistill needs for on-policy steps (distill.data=draft|mixed); None for fixed data."""
+    data = str(cfg.distill.data)
+    if data not in ("draft", "mixed"):
+        return None
+    return {
+        "fraction": 1.0 if data == "draft" else float(cfg.distill.on_policy_fraction),
+        "seed": int(cfg.seed),
+        "stop_id": stop_token_id(tokenizer, str(cfg.task.prompt_format)),
+        "pad_id": tokenizer.pad_token_id,
+        "max_new_tokens": int(cfg.distill.answer_max_new_tokens),
+    }

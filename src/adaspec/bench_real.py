@@ -1,0 +1,202 @@
+"""`make bench-real` (`python -m adaspec.bench_real`): speed on the real target, written as JSON.
+
+    python -m adaspec.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
+                                 [--gammas 1,2,3,4,5,6,8] [--temperatures 0,1] [--k 0.4] [--threads 2]
+                                 [hydra overrides naming the trained pair, as for stages 2-3 ...]
+
+Target-only decoding and the project's speculative decoding with the trained draft of `--k`, for every
+fixed gamma of `--gammas` and the adaptive policy, greedy and sampled (`--temperatures`), one prompt at a
+time, all methods interleaved per prompt in one process (slow drifts of the machine hit them alike; one
+untimed warm-up first). With the measured alpha of each run and the measured seconds of the draft's and
+the target's forward calls (one cached token, and gamma + 1 tokens for the target's verification) it
+gives the expected speed-up: a block proposes gamma tokens (gamma draft calls), is verified in one target
+call and emits (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average, which target-only decoding makes in
+as many target calls. `share_of_expected` is the measured speed-up over it.
+
+HF assisted generation needs the draft to share the target's vocabulary; a draft with a reduced vocabulary
+(model.draft_vocab_size) cannot be run there, and the results say so instead of timing it.
+
+Results go to `bench/results/<name>.json` (atomically, after every temperature) and a table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from adaspec import paths
+from adaspec.errors import reported_as_one_line
+from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
+
+RESULTS = Path("bench/results")
+
+
+def call_seconds(model, prompt: torch.Tensor, n_tokens: int, repeats: int = 20, vocab_map=None) -> float:
+    """Median seconds of one forward of `n_tokens` new tokens on top of a cached `prompt` (target ids)."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
+    from transformers import DynamicCache
+
+    from adaspec.decoding.speculative import _forward
+
+    ids = prompt if vocab_map is None else vocab_map.to(prompt.device).to_draft(prompt)
+    context, new = ids[:, :-n_tokens], ids[:, -n_tokens:]
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats):
+            cache = DynamicCache(config=model.config)
+            _forward(model, context, cache, logits_to_keep=1)
+            started = time.perf_counter()
+            _forward(model, new, cache)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float, target_s: float) -> float:
+    """Target-only seconds for a block's expected tokens over the block's seconds (module docstring)."""
+    tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens * target_s / (gamma * draft_s + verify_s)
+
+
+def run_temperature(target, draft, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True):
+    """Every policy against target-only at one temperature; a row per policy."""
+    # imported here as in main: --help and argument errors answer before torch's model stack loads
+    from tqdm.auto import tqdm
+
+    from adaspec.decoding import aggregate, speculative_generate, target_generate
+
+    vocab_map = getattr(draft, "draft_vocab", None)
+
+    def generator(i: int):
+        return torch.Generator().manual_seed(i) if temperature > 0 else None
+
+    def ours(name: str, ids, i: int):
+        return speculative_generate(target, draft, ids, gamma_policy=policies[name](), max_new_tokens=max_new_tokens,
+                                    eos_token_id=stop, temperature=temperature, generator=generator(i),
+                                    vocab_map=vocab_map)
+
+    def timed(run):
+        started = time.perf_counter()
+        result = run()
+        return result, time.perf_counter() - started
+
+    def plain(ids, i: int):
+        return target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=stop,
+                               temperature=temperature, generator=generator(i))
+
+    plain(prompts[0], 0)  # warm-up
+    for name in policies:
+        ours(name, prompts[0], 0)
+    baseline, runs = [], {name: [] for name in policies}
+    for i, ids in enumerate(tqdm(prompts, desc=f"bench T={temperature:g}", unit="prompt", disable=not progress)):
+        baseline.append(timed(lambda: plain(ids, i)))  # noqa: B023 (called at once)
+        for name in policies:
+            runs[name].append(timed(lambda: ours(name, ids, i)))  # noqa: B023
+    base_tokens = sum(len(r.tokens) for r, _ in baseline)
+    base_s = sum(s for _, s in baseline)
+    rows = []
+    for name, timed_runs in runs.items():
+        results = [r for r, _ in timed_runs]
+        seconds = sum(s for _, s in timed_runs)
+        stats = aggregate(results, max_gamma=8)
+        tokens = sum(len(r.tokens) for r in results)
+        gamma = statistics.mean(b.proposed for r in results for b in r.blocks if b.proposed) if results else 0
+        verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
+        expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
+        speedup = (tokens / seconds) / (base_tokens / base_s)
+        rows.append({
+            "temperature": temperature, "policy": name, "mean_gamma": gamma,
+            "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
+            "tokens_per_s": tokens / seconds, "target_only/tokens_per_s": base_tokens / base_s,
+            "speedup_vs_target": speedup, "expected_speedup": expected, "share_of_expected": speedup / expected,
+            "greedy_mismatches": sum(r.tokens != b.tokens for r, (b, _) in zip(results, baseline, strict=True))
+            if temperature == 0 else None,
+        })
+    return rows
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m adaspec.bench_real", description=__doc__.splitlines()[0])
+    parser.add_argument("--name", default="smollm2", help="results file bench/results/<name>.json")
+    parser.add_argument("--prompts", type=int, default=10, help="test prompts to decode")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--gammas", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 3, 4, 5, 6, 8])
+    parser.add_argument("--temperatures", type=lambda s: [float(t) for t in s.split(",")], default=[0.0, 1.0])
+    parser.add_argument("--k", type=float, default=0.4, help="which trained draft: draft-k<k>")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    no_tokenizer_parallelism()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    cfg = checked_config(*args.overrides, "stage=draft", f"k={args.k}")
+    torch.set_num_threads(args.threads)
+    # imported after the arguments are parsed, so --help and argument errors answer at once
+    from transformers import AutoTokenizer
+
+    from adaspec.artefact_rules import require_artefact
+    from adaspec.data.encoding import prompt_ids, stop_token_id
+    from adaspec.data.tasks import load_task
+    from adaspec.decoding import AdaptiveGamma, FixedGamma
+    from adaspec.models.build import load_model, n_params
+    from adaspec.models.vocab import load_draft
+
+    require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
+    require_artefact(paths.draft_dir(cfg), "draft", "bench-real", cfg, f" k={args.k}")
+    target_folder, draft_folder = paths.final(paths.target_dir(cfg)), paths.final(paths.draft_dir(cfg))
+    tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
+    target = load_model(target_folder).eval()
+    draft = load_draft(draft_folder).eval()
+    fmt = cfg.task.prompt_format
+    examples = load_task(cfg.task)["test"][: args.prompts]
+    prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
+    vocab_map = getattr(draft, "draft_vocab", None)
+    costs = {
+        "draft_1_s": call_seconds(draft, prompts[0], 1, vocab_map=vocab_map),
+        "target_1_s": call_seconds(target, prompts[0], 1),
+        "target_verify_s": {g: call_seconds(target, prompts[0], g + 1) for g in sorted(set(args.gammas))},
+    }
+    policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
+    policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
+    payload: dict[str, Any] = {
+        "name": args.name,
+        "command": "python -m adaspec.bench_real " + " ".join(argv),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "threads": torch.get_num_threads()},
+        "target": str(target_folder), "draft": str(draft_folder),
+        "target_parameters": n_params(target), "draft_parameters": n_params(draft),
+        "draft_vocab_size": None if vocab_map is None else vocab_map.size,
+        "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
+        "costs": {**costs, "c": costs["draft_1_s"] / costs["target_1_s"]},
+        "hf_assisted": "not run: the draft has a reduced vocabulary, which HF assisted generation cannot map"
+        if vocab_map is not None else "not run by bench-real (make eval compares it at the configured gamma)",
+        "rows": [],
+    }
+    out = args.out / f"{args.name}.json"
+    stop = stop_token_id(tokenizer, fmt)
+    for temperature in args.temperatures:
+        payload["rows"] += run_temperature(target, draft, prompts, stop, policies, temperature,
+                                           args.max_new_tokens, costs)
+        write_json_atomically(out, payload, sort_keys=True)
+    columns = ["temperature", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
+               "speedup_vs_target", "expected_speedup", "share_of_expected", "greedy_mismatches"]
+    print(markdown_table(columns, [[r[c] for c in columns] for r in payload["rows"]],
+                         cell=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)))
+    print(f"[adaspec] bench-real: c = {payload['costs']['c']:.3f}; wrote {out}")
+    return payload
+
+
+if __name__ == "__main__":
+    with reported_as_one_line():
+        main()
