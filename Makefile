@@ -55,6 +55,21 @@ demo: install
 	$(TRAIN) stage=draft k=1.0 $(ARGS)
 	$(PY) -m adaspec.evaluate eval.n_prompts=20 $(ARGS)
 
+# The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K: the
+# target's own answers to the first 500 training problems (one-off, resumable), the top-64 teacher cache on
+# them, reference, AdaSPEC k=0.4 and DistillSpec drafts (6 epochs), evaluation on 20 test prompts.
+# Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
+REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 distill.data=target distill.teacher=cache distill.cache_mode=topk
+REAL_STAGE := resume=true stage.max_epochs=6
+demo-real: models
+	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)
+	$(PY) -m adaspec.answers $(REAL) $(ARGS)
+	$(PY) -m adaspec.cache $(REAL) $(ARGS)
+	$(TRAIN) stage=ref $(REAL) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=0.4 $(REAL) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=1.0 $(REAL) $(REAL_STAGE) $(ARGS)
+	$(PY) -m adaspec.evaluate eval.n_prompts=20 $(REAL) $(ARGS)
+
 # One draft per k against one shared target and reference.
 sweep: install
 	$(TRAIN) stage=target $(ARGS)

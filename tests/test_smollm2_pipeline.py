@@ -68,18 +68,16 @@ def tiny_instruct_target(folder, examples: list[Example], steps: int = 40) -> No
     tokenizer.save_pretrained(folder)
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, one_torch_thread):
-    """Every stage, the cache and the evaluation, once; (config maker, evaluation results, printed text)."""
-    tmp = tmp_path_factory.mktemp("smollm2")
-    overrides = [
+def overrides_at_test_size(tmp, n_train: int = N_TRAIN) -> list[str]:
+    """model=smollm2 at test sizes: the tiny instruct target saved in `tmp`/instruct, outputs below `tmp`."""
+    return [
         "model=smollm2",
         f"model.target_path={tmp / 'instruct'}",
         f"paths.models={tmp / 'models'}",
         f"paths.root={tmp / 'outputs'}",
         "task=gsm8k",
         f"task.local_dir={SHARED_DATA / 'gsm8k'}",
-        f"task.n_train={N_TRAIN}",
+        f"task.n_train={n_train}",
         "task.n_test=4",
         "task.n_val=2",
         "task.max_length=512",
@@ -88,12 +86,19 @@ def run(tmp_path_factory, one_torch_thread):
         "model.draft.num_attention_heads=2",
         "model.draft.intermediate_size=32",
         f"model.draft_vocab_size={DRAFT_VOCAB}",
-        "model.draft_init=target_embedding",
         "distill.teacher=cache",
         "distill.cache_mode=topk",
         "distill.cache_topk=8",
         "stage.batch_size=4",
         "stage.max_steps=8",
+    ]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, one_torch_thread):
+    """Every stage, the cache and the evaluation, once; (config maker, evaluation results, printed text)."""
+    tmp = tmp_path_factory.mktemp("smollm2")
+    overrides = overrides_at_test_size(tmp) + [
         "stage.checkpoint_every_n_steps=2",
         "stage.monitor_prompts=1",
         "decode.max_new_tokens=16",
@@ -222,18 +227,9 @@ def test_bench_real_times_every_gamma_and_is_exact_when_greedy(run, tmp_path):
     equal to target-only decoding, and the expected speed-up computed from the measured alpha and costs."""
     from adaspec.bench_real import expected_speedup, main
 
-    cfg, _, _, tmp = run
-    c = cfg()
-    overrides = [
-        "model=smollm2", f"model.target_path={tmp / 'instruct'}", f"paths.models={tmp / 'models'}",
-        f"paths.root={c.paths.root}", "task=gsm8k", f"task.local_dir={c.task.local_dir}", f"task.n_train={N_TRAIN}",
-        "task.n_test=4", "task.n_val=2", "task.max_length=512", "model.draft.hidden_size=16",
-        "model.draft.num_hidden_layers=1", "model.draft.num_attention_heads=2", "model.draft.intermediate_size=32",
-        f"model.draft_vocab_size={DRAFT_VOCAB}", "distill.teacher=cache", "distill.cache_mode=topk",
-        "distill.cache_topk=8", "stage.batch_size=4", "stage.max_steps=8",
-    ]
+    _, _, _, tmp = run
     payload = main(["--prompts", "2", "--max-new-tokens", "12", "--gammas", "1,3", "--temperatures", "0,1",
-                    "--threads", "1", "--out", str(tmp_path), *overrides])
+                    "--threads", "1", "--out", str(tmp_path), *overrides_at_test_size(tmp)])
     assert json.loads((tmp_path / "smollm2.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
     assert [(r["temperature"], r["policy"]) for r in payload["rows"]] == [
         (t, p) for t in (0.0, 1.0) for p in ("fixed-1", "fixed-3", "adaptive")

@@ -24,8 +24,8 @@ from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher
 from adaspec.errors import UserError
 from adaspec.models.vocab import load_draft
 from adaspec.pipeline import run_stage
-from tests.conftest import SHARED_DATA, compose_config
-from tests.test_smollm2_pipeline import tiny_instruct_target
+from tests.conftest import compose_config
+from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 
 N_TRAIN = 8
 MAX_NEW = 200
@@ -34,28 +34,9 @@ MAX_NEW = 200
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, one_torch_thread):
     tmp = tmp_path_factory.mktemp("answers")
-    overrides = [
-        "model=smollm2",
-        f"model.target_path={tmp / 'instruct'}",
-        f"paths.models={tmp / 'models'}",
-        f"paths.root={tmp / 'outputs'}",
-        "task=gsm8k",
-        f"task.local_dir={SHARED_DATA / 'gsm8k'}",
-        f"task.n_train={N_TRAIN}",
-        "task.n_test=4",
-        "task.n_val=2",
-        "task.max_length=512",
-        "model.draft.hidden_size=16",
-        "model.draft.num_hidden_layers=1",
-        "model.draft.num_attention_heads=2",
-        "model.draft.intermediate_size=32",
-        "model.draft_vocab_size=96",
-        "distill.teacher=cache",
-        "distill.cache_mode=topk",
-        "distill.cache_topk=8",
+    overrides = overrides_at_test_size(tmp, N_TRAIN) + [
         f"distill.answer_max_new_tokens={MAX_NEW}",
         "distill.answer_batch_size=1",
-        "stage.batch_size=4",
         "stage.max_steps=4",
         "trainer.enable_progress_bar=false",
     ]
