@@ -1,0 +1,43 @@
+"""`make demo-real` as the Makefile writes it: every command's overrides compose and validate, and the
+stages agree on the folders they hand on (the draft stages find the reference the ref stage writes, the
+evaluation the drafts), so a typo in the recipe fails here, not 20 minutes into a run."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+from adaspec import paths
+from adaspec.toolkit import checked_config
+from tests.conftest import REPO
+
+
+def recipe() -> list[tuple[str, list[str]]]:
+    """(module, overrides) of every adaspec command of `make -n demo-real`."""
+    printed = subprocess.run(["make", "-n", "demo-real"], cwd=REPO, capture_output=True, text=True, check=True)
+    commands = []
+    for line in printed.stdout.splitlines():
+        words = shlex.split(line)
+        if "-m" in words and words[words.index("-m") + 1].startswith("adaspec."):
+            at = words.index("-m") + 1
+            commands.append((words[at], words[at + 1 :]))
+    return commands
+
+
+def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders():
+    commands = recipe()
+    modules = [m for m, _ in commands]
+    assert modules == ["adaspec.models.fetch", "adaspec.train", "adaspec.answers", "adaspec.cache",
+                       "adaspec.train", "adaspec.train", "adaspec.train", "adaspec.evaluate"]
+    configs = [checked_config(*overrides) for module, overrides in commands if module != "adaspec.models.fetch"]
+    target, _, cache, ref, draft04, draft1, evaluation = configs
+    assert target.stage.name == "target" and target.stage.max_steps == 0 and str(target.model.name) == "smollm2"
+    assert ref.stage.name == "ref" and draft04.k == 0.4 and draft1.k == 1.0
+    for cfg in configs:
+        assert cfg.distill.data == "target" and cfg.task.prompt_format == "chat"
+        assert paths.target_dir(cfg) == paths.target_dir(target)
+    assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
+    assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(draft1)
+    assert {paths.draft_dir(evaluation, k) for k in evaluation.eval.draft_ks} == {
+        paths.draft_dir(draft04), paths.draft_dir(draft1)
+    }
