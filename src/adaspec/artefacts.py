@@ -29,6 +29,20 @@ NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_
 # model keys of the draft's initialisation, with their defaults: they never change the target, and at their
 # defaults they leave every fingerprint as it was before they existed (earlier artefacts stay valid)
 DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
+# keys added after artefacts existed, left out of the fingerprint where they cannot change the weights (at
+# their defaults, or unread by the data source in use), so that earlier artefacts keep theirs
+STAGE_KEYS_AT_DEFAULT = {"early_stop_patience": 0}
+DATA_KEYS = {"data": "dataset", "answer_max_new_tokens": None, "answer_batch_size": None, "on_policy_fraction": None}
+
+
+def _without_unread_data_keys(distill: dict[str, Any]) -> dict[str, Any]:
+    """`distill` less the data-source keys that do not act: all of them for the dataset's answers, the
+    generation batch always (it only groups prompts), the on-policy share unless data=mixed."""
+    data = distill.get("data", "dataset")
+    drop = set(DATA_KEYS) if data == "dataset" else {"answer_batch_size"}
+    if data != "mixed":
+        drop.add("on_policy_fraction")
+    return {key: value for key, value in distill.items() if key not in drop}
 
 
 def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
@@ -71,6 +85,11 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     # how often to checkpoint, validate or measure acceptance does not change the trained weights
     for key in NOT_TRAINING:
         plain["stage"].pop(key, None)
+    for key, default in STAGE_KEYS_AT_DEFAULT.items():
+        if plain["stage"].get(key) == default:
+            plain["stage"].pop(key)
+    if "distill" in plain and stage == "draft":
+        plain["distill"] = _without_unread_data_keys(plain["distill"])
     for key, default in DRAFT_BUILD_KEYS.items():
         if stage in ("target", "pretrain_target") or plain["model"].get(key) == default:
             plain["model"].pop(key, None)

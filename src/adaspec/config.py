@@ -263,6 +263,9 @@ class StageConfig:
     monitor_every_n_steps: int = 1000
     monitor_prompts: int = 16
     tag: str = ""  # suffix of the artefact folder, to keep variants apart
+    # Stages 2 and 3: stop after this many validations in a row without a lower val/kl and keep the best
+    # validated weights (the paper's "optimal epoch" setting; max_epochs is the cap); 0: off
+    early_stop_patience: int = 0
 
 
 @dataclass
@@ -496,7 +499,7 @@ def _validate_stage(stage: DictConfig) -> None:
         stage.decay_end_frac,
         "must be in (stage.warmup_frac, 1]",
     )
-    for key in ("val_every_n_steps", "monitor_every_n_steps"):
+    for key in ("val_every_n_steps", "monitor_every_n_steps", "early_stop_patience"):
         _check(stage[key] >= 0, f"stage.{key}", stage[key], "must be >= 0 (0: off)")
     _check(
         stage.monitor_prompts >= 0,

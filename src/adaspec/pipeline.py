@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from adaspec import paths
 from adaspec.artefact_rules import check_not_done, check_upstream, record_run_start
 from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
+from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.config import PRETRAIN_STAGES
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.target_answers import training_splits
@@ -138,7 +139,9 @@ def run_stage(cfg: DictConfig) -> Path:
             f"{err}; last good checkpoint: {last if last.exists() else 'none'} (lower stage.lr)"
         ) from err
     train_seconds = time.perf_counter() - started
-    if trainer.interrupted or trainer.global_step < steps:
+    stopping = [cb for cb in trainer.callbacks if isinstance(cb, KeepBestValidation)]
+    stopped_early = any(cb.stopped_early for cb in stopping)
+    if trainer.interrupted or (trainer.global_step < steps and not stopped_early):
         raise UserError(
             f"{stage} stopped at step {trainer.global_step} of {steps}; nothing was saved to {paths.final(folder)}. "
             f"Continue with resume=true (last checkpoint: {last})"
@@ -156,6 +159,7 @@ def run_stage(cfg: DictConfig) -> Path:
         "peak_memory_mb": round(peak_memory_mb(), 1),
         "parameters": n_params(module.student),
         **{f"corpus/{name}": value for name, value in corpus.items()},
+        **{name: value for cb in stopping for name, value in cb.summary().items()},
     }
     state = full_student_state(trainer, module)  # FSDP / ZeRO-3: gathered on rank 0 (every rank takes part)
     if trainer.is_global_zero:  # one writer: the other ranks of a data-parallel run return without saving

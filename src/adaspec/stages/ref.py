@@ -16,6 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from adaspec import paths
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
+from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import stop_token_id
 from adaspec.distill.on_policy import is_on_policy_step, student_continuations
@@ -62,17 +63,19 @@ class ReferenceDistill(StageModule):
                    on_policy=on_policy_settings(cfg, tokenizer))
 
     def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
-        """The acceptance monitor: real speculative decoding against the target every n steps."""
+        """Early stopping on val/kl (stage.early_stop_patience), then the acceptance monitor: real
+        speculative decoding against the target every n steps."""
+        stopping = [KeepBestValidation(cfg.stage.early_stop_patience)] if cfg.stage.early_stop_patience else []
         prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
         if cfg.stage.monitor_every_n_steps <= 0 or not prompts:
-            return []
+            return stopping
         monitor = AcceptanceMonitor(
             prompts,
             every_n_steps=cfg.stage.monitor_every_n_steps,
             gamma=cfg.decode.gamma,
             eos_token_id=stop_token_id(data.tokenizer, str(cfg.task.prompt_format)),  # a target id
         )
-        return [monitor]
+        return [*stopping, monitor]
 
     def _answer_logits(
         self, model: PreTrainedModel, batch: dict[str, torch.Tensor], mask: torch.Tensor
