@@ -103,3 +103,28 @@ def test_stdlib_corpus_is_deterministic_whole_lines_and_without_tests():
     assert max(map(len, blocks)) < 800 + 200  # a block overshoots by at most one line
     files = stdlib_files()
     assert len(files) > 100 and not any(SKIPPED & set(p.parts) for p in files)
+
+
+def test_the_real_target_plan_composes_every_arm_on_the_official_recipe():
+    """make paper ARGS="--tasks smollm2_gsm8k": every step composes and validates; the arms differ only in
+    what they should (budget, epochs and early stopping, domain weights) and find the same target and reference."""
+    from adaspec import paths
+    from adaspec.paper.runner import compose_step
+
+    steps = paper_plan([TASKS["smollm2_gsm8k"]], [0, 1, 2])
+    assert not any("eval.name=ksweep" in s.command() or "gsweep" in s.command() for s in steps)
+    configs = [compose_step(step, []) for step in steps]
+    drafts = {(c.stage.tag, c.k): c for c in configs if c.stage.name == "draft" and c.seed == 0}
+    assert set(drafts) == {(tag, k) for tag in ("", "matched", "optimal", "domain") for k in (0.4, 1.0)}
+    reference = next(c for c in configs if c.stage.name == "ref" and c.seed == 0)
+    for (tag, _k), cfg in drafts.items():
+        assert str(cfg.model.name) == "smollm2" and cfg.distill.selection == "quantile" and cfg.stage.lr == 3e-4
+        assert cfg.distill.data == "target" and cfg.stage.weight_decay == 0.1
+        assert paths.ref_dir(cfg) == paths.ref_dir(reference)
+        assert cfg.distill.match_token_budget == (tag == "matched")
+        assert cfg.stage.early_stop_patience == (2 if tag == "optimal" else 0)
+        assert cfg.task.domain.digit_weight == (2.0 if tag == "domain" else 1.0)
+    target = next(c for c in configs if c.stage.name == "target")
+    assert target.stage.max_steps == 0
+    sampled = [s for s in steps if "eval.name=t1" in s.command()]
+    assert len(sampled) == 3 and all("decode.temperature=1.0" in s.command() for s in sampled)

@@ -26,6 +26,11 @@ def comparisons(task: TaskPlan) -> list[tuple[str, str, str]]:
     out.append(
         (f"(b) vs (a) DistillSpec: the official budgets, k={task.draft_ks[0]:g}", f"{ada}-matched", "k1")
     )
+    names = {"_optimal": "(d) optimal epoch", "_domain": "ablation: domain strategies"}
+    for suffix, ks in task.extra_arms:
+        tag = suffix.lstrip("_")
+        for k in (k for k in ks if k != 1.0):
+            out.append((f"{names.get(suffix, tag)}, k={k:g}", f"k{k:g}-{tag}", f"k1-{tag}"))
     return out
 
 

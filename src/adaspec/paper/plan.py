@@ -35,6 +35,11 @@ class TaskPlan:
     matched_ks: tuple[float, ...]  # the arm-(b/c) drafts
     pretrain: bool = False  # stage 0 on the standard library's source (MBPP)
     target_config: str = ""  # experiments/paper/<target_config>.yaml for stage 1; "": <name>.yaml
+    # more arms, each (file suffix, its ks): experiments/paper/<name><suffix>.yaml trains those drafts
+    # against the seed's reference, e.g. ("_optimal", (0.4, 1.0))
+    extra_arms: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    sweeps: bool = True  # the k and gamma sweeps on the first seed
+    sampled_eval: bool = False  # also evaluate arms (a)-(c) at temperature 1 (eval.name=t1)
 
 
 def _k(k: float) -> str:
@@ -55,7 +60,12 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
         steps.append(Step("train", (base, "stage=ref", s)))
         steps += [Step("train", (base, "stage=draft", s, _k(k))) for k in task.draft_ks]
         steps += [Step("train", (matched, "stage=draft", s, _k(k))) for k in task.matched_ks]
+        for suffix, ks in task.extra_arms:
+            steps += [Step("train", (f"paper={task.name}{suffix}", "stage=draft", s, _k(k))) for k in ks]
         steps.append(Step("eval", (base, s)))
+        if task.sampled_eval:
+            sampled = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.name=t1")
+            steps.append(Step("eval", (base, s, *sampled)))
     return steps
 
 
@@ -75,13 +85,20 @@ def sweep_steps(task: TaskPlan, seed: int) -> list[Step]:
 def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> list[Step]:
     steps = [step for task in tasks for step in main_steps(task, seeds)]
     if sweeps:
-        steps += [step for task in tasks for step in sweep_steps(task, seeds[0])]
+        steps += [step for task in tasks if task.sweeps for step in sweep_steps(task, seeds[0])]
     return steps
 
 
+REAL_ARMS = (("_optimal", (0.4, 1.0)), ("_domain", (0.4, 1.0)))
 TASKS = {
     "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0)),
     "mbpp": TaskPlan(
         "mbpp", draft_ks=(0.33, 0.4, 1.0), matched_ks=(0.33, 1.0), pretrain=True, target_config="mbpp_target"
     ),
+    # the real target (issue 14): make models first; not in the default run (two CPU cores: hours per seed)
+    "smollm2_gsm8k": TaskPlan(
+        "smollm2_gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_gsm8k_target",
+        extra_arms=REAL_ARMS, sweeps=False, sampled_eval=True,
+    ),
 }
+DEFAULT_TASKS = ("gsm8k", "mbpp")
