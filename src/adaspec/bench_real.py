@@ -13,8 +13,10 @@ gives the expected speed-up: a block proposes gamma tokens (gamma draft calls), 
 call and emits (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average, which target-only decoding makes in
 as many target calls. `share_of_expected` is the measured speed-up over it.
 
-HF assisted generation needs the draft to share the target's vocabulary; a draft with a reduced vocabulary
-(model.draft_vocab_size) cannot be run there, and the results say so instead of timing it.
+HF assisted generation (constant schedule, confidence threshold off) runs beside ours at every fixed gamma
+when the draft shares the target's vocabulary; a draft with a reduced vocabulary (model.draft_vocab_size)
+cannot be run there, and the results say so instead of timing it. `--draft FOLDER` benches any finished
+draft or reference instead of draft-k<k>.
 
 Results go to `bench/results/<name>.json` (atomically, after every temperature) and a table is printed.
 """
@@ -65,14 +67,25 @@ def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float
     return tokens * target_s / (gamma * draft_s + verify_s)
 
 
-def run_temperature(target, draft, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True):
-    """Every policy against target-only at one temperature; a row per policy."""
+def run_temperature(target, draft, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
+                    pad_id=None):
+    """Every policy against target-only at one temperature; a row per policy. A draft with the target's
+    full vocabulary also runs HF assisted generation at every fixed gamma (`hf_assisted/*` in its row)."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
     from tqdm.auto import tqdm
 
     from adaspec.decoding import aggregate, speculative_generate, target_generate
+    from adaspec.evaluation.hf_assisted import hf_assisted_generate
 
     vocab_map = getattr(draft, "draft_vocab", None)
+    hf_gammas = {} if vocab_map is not None else {
+        name: int(name.split("-")[1]) for name in policies if name.startswith("fixed-")
+    }
+
+    def hf(name: str, ids, i: int):
+        torch.manual_seed(i)  # HF samples from the global generator
+        return hf_assisted_generate(target, draft, ids, gamma=hf_gammas[name], max_new_tokens=max_new_tokens,
+                                    eos_token_id=stop, pad_token_id=pad_id, temperature=temperature)
 
     def generator(i: int):
         return torch.Generator().manual_seed(i) if temperature > 0 else None
@@ -94,11 +107,16 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
     plain(prompts[0], 0)  # warm-up
     for name in policies:
         ours(name, prompts[0], 0)
+    for name in hf_gammas:
+        hf(name, prompts[0], 0)
     baseline, runs = [], {name: [] for name in policies}
+    hf_runs = {name: [] for name in hf_gammas}
     for i, ids in enumerate(tqdm(prompts, desc=f"bench T={temperature:g}", unit="prompt", disable=not progress)):
         baseline.append(timed(lambda: plain(ids, i)))  # noqa: B023 (called at once)
         for name in policies:
             runs[name].append(timed(lambda: ours(name, ids, i)))  # noqa: B023
+            if name in hf_gammas:
+                hf_runs[name].append(timed(lambda: hf(name, ids, i)))  # noqa: B023
     base_tokens = sum(len(r.tokens) for r, _ in baseline)
     base_s = sum(s for _, s in baseline)
     rows = []
@@ -111,7 +129,16 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
         speedup = (tokens / seconds) / (base_tokens / base_s)
+        hf_row = {}
+        if name in hf_gammas:
+            hf_results = [r for r, _ in hf_runs[name]]
+            hf_rate = sum(len(r.tokens) for r in hf_results) / sum(s for _, s in hf_runs[name])
+            hf_row = {"hf_assisted/tokens_per_s": hf_rate, "speedup_vs_hf_assisted": (tokens / seconds) / hf_rate,
+                      "hf_assisted/greedy_mismatches": sum(r.tokens != b.tokens for r, (b, _) in
+                                                           zip(hf_results, baseline, strict=True))
+                      if temperature == 0 else None}
         rows.append({
+            **hf_row,
             "temperature": temperature, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "tokens_per_s": tokens / seconds, "target_only/tokens_per_s": base_tokens / base_s,
@@ -130,6 +157,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gammas", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 3, 4, 5, 6, 8])
     parser.add_argument("--temperatures", type=lambda s: [float(t) for t in s.split(",")], default=[0.0, 1.0])
     parser.add_argument("--k", type=float, default=0.4, help="which trained draft: draft-k<k>")
+    parser.add_argument("--draft", type=Path, default=None,
+                        help="a finished draft or reference folder (its final/) instead of draft-k<k>")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
@@ -146,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from adaspec.artefact_rules import require_artefact
+    from adaspec.artefacts import verify_weights
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
@@ -153,8 +183,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.models.vocab import load_draft
 
     require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
-    require_artefact(paths.draft_dir(cfg), "draft", "bench-real", cfg, f" k={args.k}")
-    target_folder, draft_folder = paths.final(paths.target_dir(cfg)), paths.final(paths.draft_dir(cfg))
+    if args.draft is None:
+        require_artefact(paths.draft_dir(cfg), "draft", "bench-real", cfg, f" k={args.k}")
+        draft_folder = paths.final(paths.draft_dir(cfg))
+    else:
+        draft_folder = args.draft
+        verify_weights(draft_folder, f"the stage that made {draft_folder}")
+    target_folder = paths.final(paths.target_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     target = load_model(target_folder).eval()
     draft = load_draft(draft_folder).eval()
@@ -180,18 +215,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
         "costs": {**costs, "c": costs["draft_1_s"] / costs["target_1_s"]},
         "hf_assisted": "not run: the draft has a reduced vocabulary, which HF assisted generation cannot map"
-        if vocab_map is not None else "not run by bench-real (make eval compares it at the configured gamma)",
+        if vocab_map is not None else "run at every fixed gamma (confidence threshold off, constant schedule)",
         "rows": [],
     }
     out = args.out / f"{args.name}.json"
     stop = stop_token_id(tokenizer, fmt)
     for temperature in args.temperatures:
         payload["rows"] += run_temperature(target, draft, prompts, stop, policies, temperature,
-                                           args.max_new_tokens, costs)
+                                           args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
-               "speedup_vs_target", "expected_speedup", "share_of_expected", "greedy_mismatches"]
-    print(markdown_table(columns, [[r[c] for c in columns] for r in payload["rows"]],
+               "speedup_vs_target", "expected_speedup", "share_of_expected", "greedy_mismatches",
+               "speedup_vs_hf_assisted"]
+    print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]],
                          cell=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)))
     print(f"[adaspec] bench-real: c = {payload['costs']['c']:.3f}; wrote {out}")
     return payload

@@ -1,0 +1,24 @@
+"""make bench-real with a draft that shares the target's vocabulary: HF assisted generation is timed beside
+ours at every fixed gamma, on the same prompts, and both are exact when greedy."""
+
+from __future__ import annotations
+
+from adaspec import paths
+from adaspec.bench_real import main
+from tests.conftest import TINY
+
+
+def test_a_full_vocabulary_draft_is_timed_against_hf_assisted_too(tiny_trained, tmp_path):
+    cfg = tiny_trained()
+    root = f"paths.root={cfg.paths.root}"
+    reference = paths.final(paths.ref_dir(cfg))
+    payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "1,2", "--temperatures", "0",
+                    "--threads", "1", "--out", str(tmp_path), "--draft", str(reference), *TINY, root])
+    assert payload["draft"] == str(reference) and payload["draft_vocab_size"] is None
+    fixed = [r for r in payload["rows"] if r["policy"].startswith("fixed-")]
+    adaptive = next(r for r in payload["rows"] if r["policy"] == "adaptive")
+    assert len(fixed) == 2 and "speedup_vs_hf_assisted" not in adaptive
+    for row in fixed:
+        assert row["greedy_mismatches"] == 0 and row["hf_assisted/greedy_mismatches"] == 0
+        assert row["hf_assisted/tokens_per_s"] > 0
+        assert row["speedup_vs_hf_assisted"] == row["tokens_per_s"] / row["hf_assisted/tokens_per_s"]
