@@ -59,7 +59,7 @@ demo: install
 # target's own answers to the first 500 training problems (one-off, resumable), the top-64 teacher cache on
 # them, reference, AdaSPEC k=0.4 and DistillSpec drafts (6 epochs), evaluation on 20 test prompts.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
-REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 distill.data=target distill.teacher=cache distill.cache_mode=topk
+REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
 demo-real: models
 	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,13 +18,13 @@ from adaspec.cache import build_cache
 from adaspec.config import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id
-from adaspec.data.target_answers import ANSWERS, ensure_target_answers, read_answers
-from adaspec.data.tasks import load_task
+from adaspec.data.target_answers import ANSWERS, answered_examples, ensure_target_answers, read_answers
+from adaspec.data.tasks import held_out_training, load_task
 from adaspec.decoding import target_generate
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
 from adaspec.models.vocab import load_draft
-from adaspec.pipeline import run_stage
+from adaspec.pipeline import build_data, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 
@@ -60,12 +61,12 @@ def test_answers_are_the_targets_greedy_output_and_generation_resumes(setup, cap
     build_cache(c)  # generates the answers first
     folder = paths.target_answers_dir(c)
     saved = read_answers(folder)
-    assert sorted(saved) == list(range(N_TRAIN))
+    assert sorted(saved) == list(range(N_TRAIN + c.task.n_val))  # and the held-out validation prompts
     final = paths.final(paths.target_dir(c))
     tokenizer = AutoTokenizer.from_pretrained(str(final))
     target = load_draft(final).eval()
     stop = stop_token_id(tokenizer, "chat")
-    for i, example in enumerate(load_task(c.task)["train"]):
+    for i, example in enumerate(answered_examples(c, load_task(c.task)["train"])):
         ids = torch.tensor([prompt_ids(tokenizer, example.prompt, "chat")])
         tokens = target_generate(target, ids, max_new_tokens=MAX_NEW, eos_token_id=stop).tokens
         assert saved[i]["stopped"] == (stop in tokens)
@@ -91,7 +92,9 @@ def test_stages_train_on_the_finished_target_answers_only(setup):
     assert paths.teacher_cache_dir(c).name == "target-answers-topk8"
     counts = np.diff(cache.offsets)[: len(finished)].tolist()
     assert counts == [len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in finished]
-    assert cache.meta["examples"] == len(finished) + c.task.n_val
+    held_out = [saved[N_TRAIN + j]["answer"] for j in range(c.task.n_val) if saved[N_TRAIN + j]["stopped"]]
+    assert held_out, "the test needs a finished held-out answer"
+    assert cache.meta["examples"] == len(finished) + len(held_out)
     ref = paths.ref_dir(c)
     assert ref.name == "ref-target-answers" and read_meta(paths.final(ref))["stage"] == "ref"
     assert fingerprint(c, "ref") != fingerprint(setup("stage=ref"), "ref")
@@ -118,3 +121,25 @@ def test_a_smaller_top_k_cache_is_cut_from_a_larger_one(setup, tmp_path, capsys)
     assert np.allclose(np.asarray(cut.top_logprobs, np.float32), np.asarray(direct.top_logprobs, np.float32), atol=1e-2)
     assert np.allclose(np.asarray(cut.rest), np.asarray(direct.rest), atol=2e-3)
     assert json.loads((paths.teacher_cache_dir(c4) / "cache.json").read_text())["topk"] == 4
+
+
+def test_validation_is_the_targets_answers_to_held_out_training_prompts_never_the_test_split(setup):
+    c = setup("stage=ref", "distill.data=target")
+    build_cache(c)
+    data, _, _ = build_data(c, None)
+    saved = read_answers(paths.target_answers_dir(c))
+    held_out = held_out_training(c.task, c.task.n_val)
+    expected = [replace(e, target=saved[N_TRAIN + j]["answer"]) for j, e in enumerate(held_out)
+                if saved[N_TRAIN + j]["stopped"]]
+    tokenizer = data.tokenizer
+    assert data.val_set == encode_all(tokenizer, expected, c.task.max_length, len(data.train_set), "chat")
+    test_prompts = {e.prompt for e in load_task(c.task)["test"]}
+    assert not test_prompts & {e.prompt for e in held_out}
+    assert not {e.prompt for e in load_task(c.task)["train"]} & {e.prompt for e in held_out}
+
+
+def test_target_answers_without_n_train_name_the_key(setup):
+    with pytest.raises(UserError, match="task.n_train"):
+        held_out_training(setup("task.n_train=null").task, 2)
+    with pytest.raises(UserError, match="task.n_val"):
+        held_out_training(setup("task.n_train=100000").task, 2)

@@ -4,7 +4,9 @@ The draft is judged by how often the target accepts its tokens, i.e. by how well
 target writes, not what the dataset's authors wrote. So, as EAGLE, Medusa and SpecForge prepare draft data,
 the target answers every training prompt once (greedy, batched with left padding, stopping at the stop
 token), the answers are saved beside the target, and stages 2-3 (and the teacher cache) train on them in
-place of the dataset's answers. Validation keeps the dataset's held-out answers.
+place of the dataset's answers. Validation is on the target's answers too, to the `task.n_val` training
+prompts right after the first `task.n_train` (never the test prompts, which evaluation decodes): its KL
+then measures what the draft is trained and judged on, and early stopping reads the right signal.
 
 Generation is resumable: finished batches are appended to `answers.jsonl` as they complete, each line
 naming the training example and a hash of its prompt, so a rerun continues where the last one stopped
@@ -29,6 +31,7 @@ from adaspec import paths
 from adaspec.artefacts import read_meta
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.example import Example
+from adaspec.data.tasks import held_out_training
 from adaspec.errors import UserError
 
 ANSWERS = "answers.jsonl"
@@ -105,9 +108,16 @@ def generate_answers(model, tokenizer, examples: list[Example], cfg: DictConfig,
     return {"generated": len(todo), "new_tokens": new_tokens, "seconds": round(time.perf_counter() - started, 1)}
 
 
-def ensure_target_answers(cfg: DictConfig, examples: list[Example], model=None, tokenizer=None) -> Path:
-    """The target's answers to `examples` (the training split), generated where missing. `model` and
-    `tokenizer`: the loaded target, when the caller has it already (the teacher cache does)."""
+def answered_examples(cfg: DictConfig, train: list[Example]) -> list[Example]:
+    """What the target answers: the training split, then the held-out prompts validation uses (their
+    indices continue the training split's, as in the task's file)."""
+    return train + held_out_training(cfg.task, cfg.task.n_val)
+
+
+def ensure_target_answers(cfg: DictConfig, train: list[Example], model=None, tokenizer=None) -> Path:
+    """The target's answers to the training split `train` and the held-out validation prompts, generated
+    where missing. `model` and `tokenizer`: the loaded target, when the caller has it already (the teacher
+    cache does)."""
     # imported here: only generation needs the model loader
     from transformers import AutoTokenizer
 
@@ -116,6 +126,7 @@ def ensure_target_answers(cfg: DictConfig, examples: list[Example], model=None, 
 
     folder = paths.target_answers_dir(cfg)
     check_answers_target(cfg, folder, record=True)
+    examples = answered_examples(cfg, train)
     saved = read_answers(folder)
     if all(saved.get(i, {}).get("prompt") == prompt_key(e.prompt) for i, e in enumerate(examples)):
         return folder
@@ -130,12 +141,15 @@ def ensure_target_answers(cfg: DictConfig, examples: list[Example], model=None, 
 
 def with_target_answers(cfg: DictConfig, splits: dict[str, list[Example]]) -> dict[str, list[Example]]:
     """`splits` with every training answer replaced by the target's finished answer to the same prompt
-    (unfinished ones dropped); the test split is left as it is. A clear error when answers are missing."""
+    (unfinished ones dropped) and, as "test", the target's finished answers to the held-out prompts (what
+    the data module validates on; evaluation loads the test split itself). A clear error when answers are
+    missing."""
     folder = paths.target_answers_dir(cfg)
     check_answers_target(cfg, folder)
     saved = read_answers(folder)
-    train = []
-    for i, example in enumerate(splits["train"]):
+    examples = answered_examples(cfg, splits["train"])
+    answered = []
+    for i, example in enumerate(examples):
         record = saved.get(i)
         if record is None or record["prompt"] != prompt_key(example.prompt):
             raise UserError(
@@ -143,12 +157,15 @@ def with_target_answers(cfg: DictConfig, splits: dict[str, list[Example]]) -> di
                 f"generate them with `make answers ARGS=\"...\"` (python -m adaspec.answers) with this run's "
                 f"task and model settings"
             )
-        if record["stopped"]:
-            train.append(replace(example, target=record["answer"]))
-    if not train:
-        raise UserError(f"none of the target answers in {folder} finished within "
-                        f"distill.answer_max_new_tokens={cfg.distill.answer_max_new_tokens}; raise it")
-    return {**splits, "train": train}
+        answered.append(replace(example, target=record["answer"]) if record["stopped"] else None)
+    n_train = len(splits["train"])
+    train = [e for e in answered[:n_train] if e is not None]
+    held_out = [e for e in answered[n_train:] if e is not None]
+    for name, finished in (("training", train), ("held-out validation", held_out)):
+        if not finished:
+            raise UserError(f"none of the target answers to the {name} prompts in {folder} finished within "
+                            f"distill.answer_max_new_tokens={cfg.distill.answer_max_new_tokens}; raise it")
+    return {**splits, "train": train, "test": held_out}
 
 
 def training_splits(cfg: DictConfig, splits: dict[str, list[Example]]) -> dict[str, list[Example]]:

@@ -49,3 +49,20 @@ def load_task(task: DictConfig) -> dict[str, list[Example]]:
         if not splits.get(split):
             raise UserError(f"task {task.name!r} has no {split} examples (check task.n_{split} and the data)")
     return splits
+
+
+def held_out_training(task: DictConfig, count: int) -> list[Example]:
+    """The `count` training examples right after the first `task.n_train`: prompts no stage trains on,
+    for validating a stage whose training answers are not the dataset's (distill.data=target)."""
+    if task.n_train is None:
+        raise UserError(
+            "distill.data=target validates on the target's answers to training prompts held out after the "
+            "first task.n_train; set task.n_train (e.g. task.n_train=500)"
+        )
+    held_out = LOADERS[task.name](task)["train"][task.n_train : task.n_train + count]
+    if len(held_out) < count:
+        raise UserError(
+            f"task.n_train={task.n_train} leaves {len(held_out)} of the task.n_val={count} held-out training "
+            f"examples that distill.data=target validates on; lower task.n_train or task.n_val"
+        )
+    return held_out
