@@ -369,6 +369,10 @@ class EvalConfig:
     # with temperature > 0 it runs real speculative decoding on the first gamma_sweep_prompts prompts.
     gammas: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 8])
     gamma_sweep_prompts: int = 8
+    # Greedy only: time the first timed_prompts prompts (target-only, ours, HF) and replay the others from
+    # the target's greedy output, so acceptance covers every prompt at one target run plus one draft forward
+    # each; speed-ups are over the timed prompts. None: time every prompt. Sampling always times them all.
+    timed_prompts: int | None = None
     num_threads: int = 0  # torch threads during the benchmark; 0: keep torch's default
 
 
@@ -647,6 +651,8 @@ def _validate_eval(ev: DictConfig) -> None:
     )
     sweep = ev.gamma_sweep_prompts
     _check(sweep >= 0, "eval.gamma_sweep_prompts", sweep, "must be >= 0")
+    timed = ev.timed_prompts
+    _check(timed is None or timed >= 1, "eval.timed_prompts", timed, "must be >= 1, or null to time every prompt")
     _check(ev.num_threads >= 0, "eval.num_threads", ev.num_threads, "must be >= 0 (0: torch's default)")
 
 

@@ -75,6 +75,22 @@ def test_sampling_with_an_adaptive_policy(trained):
     assert row["acceptance_vs_gamma"]["method"] == "sampled" and set(row["acceptance_vs_gamma"]["by_gamma"]) == {"1", "3"}
 
 
+def test_timing_a_few_prompts_and_replaying_the_rest_gives_every_prompts_acceptance(trained):
+    every = ["eval.n_prompts=5", "decode.max_new_tokens=16", "eval.num_threads=1", "eval.compare_hf_assisted=false"]
+    all_timed = run_evaluation(trained(*every, "eval.name=all-timed"), progress=False)
+    two_timed = run_evaluation(trained(*every, "eval.timed_prompts=2", "eval.name=two-timed"), progress=False)
+    assert two_timed["timed_prompts"] == 2 and all_timed["timed_prompts"] == 5 == two_timed["n_prompts"]
+    assert two_timed["target"]["new_tokens"] == all_timed["target"]["new_tokens"]
+    for name, row in two_timed["drafts"].items():
+        full = all_timed["drafts"][name]
+        acceptance = ["alpha", "accept_rate", "tau", "blocks", "target_calls", "draft_calls", "new_tokens"]
+        assert {m: row[m] for m in acceptance} == {m: full[m] for m in acceptance}  # replay is exact
+        assert [row[f"reject_rate_at/{i}"] for i in range(1, 6)] == [full[f"reject_rate_at/{i}"] for i in range(1, 6)]
+        assert row["acceptance_vs_gamma"]["by_gamma"] == full["acceptance_vs_gamma"]["by_gamma"]
+        assert row["timed_prompts"] == 2 and row["speedup_vs_target"] > 0 and row["greedy_mismatches"] == 0
+        assert row["gsm8k/exact_match"] == full["gsm8k/exact_match"]
+
+
 def test_missing_artefacts_name_the_make_command(trained, tiny_cfg):
     with pytest.raises(UserError, match=r"make stage3 .*k=0\.3"):
         run_evaluation(trained("eval.draft_ks=[0.4,0.3]"))

@@ -25,7 +25,9 @@ def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, 
     """From the resolved config as a plain dict (results.json's `config`); `weights`: {row: hash}, None
     when unknown (results written before identities were recorded). JSON-normalised, with a fingerprint."""
     identity = {
-        "eval": {key: v for key, v in config["eval"].items() if key != "name"},  # the name is the folder's
+        # the name is the folder's; timed_prompts unset is left out, so earlier results keep their identity
+        "eval": {key: v for key, v in config["eval"].items()
+                 if key != "name" and not (key == "timed_prompts" and v is None)},
         "decode": config["decode"],
         "task": {key: v for key, v in config["task"].items() if key != "default_k"},  # acts through k
         "seed": config["seed"],

@@ -21,12 +21,14 @@ the same weights is skipped, other settings are refused unless `overwrite=true` 
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
 from transformers import AutoTokenizer
 
 import adaspec
@@ -42,6 +44,7 @@ from adaspec.decoding import (
     build_gamma_policy,
     quantize_draft_int8,
     speculative_generate,
+    target_generate,
 )
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.errors import UserError
@@ -134,40 +137,53 @@ def _texts(tokenizer, results: list[GenerationResult]) -> list[str]:
     return [tokenizer.decode(r.tokens, skip_special_tokens=True) for r in results]
 
 
-def acceptance_vs_gamma(
+def replayer(
     cfg: DictConfig,
     target,
     draft,
     prompts: list[torch.Tensor],
     target_results: list[GenerationResult],
+    eos_token_id: int | None,
+    vocab_map: DraftVocab | None = None,
+) -> Callable[[Any, int], GenerationResult]:
+    """`replayed(policy, i)`: the greedy run of `draft` with `policy` on prompt i, replayed exactly from the
+    target's greedy output there (one draft forward per prompt, made here)."""
+    vocab = min(target.config.vocab_size, draft.config.vocab_size)
+    matches = [
+        draft_matches(draft, ids, r.tokens, vocab, vocab_map) for ids, r in zip(prompts, target_results, strict=True)
+    ]
+
+    def replayed(policy, i: int) -> GenerationResult:
+        return replay(
+            target_results[i].tokens,
+            matches[i],
+            policy=policy,
+            prompt_len=prompts[i].shape[1],
+            max_new_tokens=cfg.decode.max_new_tokens,
+            eos_token_id=eos_token_id,
+        )
+
+    return replayed
+
+
+def acceptance_vs_gamma(
+    cfg: DictConfig,
+    target,
+    draft,
+    prompts: list[torch.Tensor],
     measured: list[GenerationResult],
     eos_token_id: int | None,
     vocab_map: DraftVocab | None = None,
+    replayed: Callable[[Any, int], GenerationResult] | None = None,
 ) -> dict[str, Any]:
     """alpha, accept_rate, tau for each fixed gamma of `eval.gammas`.
 
-    Greedy: replayed exactly on every prompt from one draft forward each (`replay_mismatches` counts
-    the prompts where the replay of the configured policy disagrees with the measured blocks, a
+    Greedy (`replayed` from `replayer`): replayed exactly on every prompt (`replay_mismatches` counts the
+    measured prompts where the replay of the configured policy disagrees with the measured blocks, a
     check of the replay: expected 0). Sampling: real runs on the first `eval.gamma_sweep_prompts`.
     """
     decode, gammas = cfg.decode, [int(g) for g in cfg.eval.gammas]
-    if decode.temperature == 0:
-        vocab = min(target.config.vocab_size, draft.config.vocab_size)
-        matches = [
-            draft_matches(draft, ids, r.tokens, vocab, vocab_map)
-            for ids, r in zip(prompts, target_results, strict=True)
-        ]
-
-        def replayed(policy, i: int) -> GenerationResult:
-            return replay(
-                target_results[i].tokens,
-                matches[i],
-                policy=policy,
-                prompt_len=prompts[i].shape[1],
-                max_new_tokens=decode.max_new_tokens,
-                eos_token_id=eos_token_id,
-            )
-
+    if replayed is not None:
         check = sum(
             replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured)
         )
@@ -206,8 +222,10 @@ def summarise(
     prompts: list[torch.Tensor],
     m: Measurements,
     draft_info: dict[str, dict[str, Any]],
+    timed: int,
 ) -> dict[str, Any]:
-    """The results.json content, less the config and versions."""
+    """The results.json content, less the config and versions. `m` timed the first `timed` prompts; the
+    target's results cover every prompt (greedy: the others are replayed from them)."""
     decode, kind = cfg.decode, cfg.task.kind
     metric = task_metric(kind)
     greedy = decode.temperature == 0
@@ -222,14 +240,18 @@ def summarise(
 
     rows: dict[str, dict[str, Any]] = {}
     for draft in drafts:
-        spec = m.speculative[draft.name]
+        measured = m.speculative[draft.name]  # the timed prompts
+        replayed = replayer(cfg, target, draft.model, prompts, m.target, eos, draft.vocab_map) if greedy else None
+        policy = build_gamma_policy(decode)
+        spec = measured + [replayed(policy, i) for i in range(len(measured), len(prompts))]  # greedy only
         row = {
             **draft_info[draft.name],
-            **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy),
+            **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy,
+                            timed=len(measured)),
         }
         row[metric] = score(spec)
         row["acceptance_vs_gamma"] = acceptance_vs_gamma(
-            cfg, target, draft.model, prompts, m.target, spec, eos, draft.vocab_map
+            cfg, target, draft.model, prompts, measured, eos, draft.vocab_map, replayed
         )
         rows[draft.name] = row
     return {
@@ -238,6 +260,7 @@ def summarise(
         "model": cfg.model.name,
         "metric": metric,
         "n_prompts": len(prompts),
+        "timed_prompts": timed,
         "decode": OmegaConf.to_container(decode, resolve=True, enum_to_str=True),
         "hf_assisted": {
             "num_assistant_tokens": decode.gamma,
@@ -247,7 +270,7 @@ def summarise(
         }
         if cfg.eval.compare_hf_assisted
         else None,
-        "target": {**target_summary(m.target), metric: score(m.target), "parameters": n_params(target)},
+        "target": {**target_summary(m.target, timed), metric: score(m.target), "parameters": n_params(target)},
         "drafts": rows,
     }
 
@@ -308,20 +331,27 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, prompt_format)], device=device) for e in examples]
     decode = cfg.decode
+    timed = len(prompts) if decode.temperature > 0 or cfg.eval.timed_prompts is None else min(cfg.eval.timed_prompts, len(prompts))
+    eos = stop_token_id(tokenizer, prompt_format)
     measurements = benchmark(
         target,
         drafts,
-        prompts,
+        prompts[:timed],
         make_policy=lambda: build_gamma_policy(decode),
         gamma=decode.gamma,
         max_new_tokens=decode.max_new_tokens,
         temperature=decode.temperature,
-        eos_token_id=stop_token_id(tokenizer, prompt_format),
+        eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
         seed=cfg.seed,
         progress=progress,
     )
-    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info)
+    untimed = prompts[timed:]  # greedy: the target's output there is all the replay needs
+    measurements.target += [
+        target_generate(target, ids, max_new_tokens=decode.max_new_tokens, eos_token_id=eos)
+        for ids in tqdm(untimed, desc="target (untimed prompts)", unit="prompt", disable=not progress or not untimed)
+    ]
+    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed)
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

@@ -25,13 +25,14 @@ def max_gamma(results: list[GenerationResult], gamma: int) -> int:
     return max([gamma, *(g for r in results for g in r.gamma_trace)])
 
 
-def target_summary(target: list[GenerationResult]) -> dict[str, float]:
-    new_tokens = sum(len(r.tokens) for r in target)
+def target_summary(target: list[GenerationResult], timed: int | None = None) -> dict[str, float]:
+    """Token and call sums over every prompt; wall time and tokens/s over the first `timed` (the timed ones)."""
+    timed_runs = target[:timed]  # every run when timed is None
     return {
-        "new_tokens": new_tokens,
+        "new_tokens": sum(len(r.tokens) for r in target),
         "target_calls": sum(r.target_calls for r in target),
-        "wall_time_s": _wall(target),
-        "tokens_per_s": _ratio(new_tokens, _wall(target)),
+        "wall_time_s": _wall(timed_runs),
+        "tokens_per_s": _ratio(sum(len(r.tokens) for r in timed_runs), _wall(timed_runs)),
     }
 
 
@@ -42,6 +43,7 @@ def draft_summary(
     *,
     gamma: int,
     greedy: bool,
+    timed: int | None = None,
 ) -> dict[str, float | int | None]:
     """Every metric of `decoding.aggregate` for our speculative runs, plus
 
@@ -50,8 +52,18 @@ def draft_summary(
     * `greedy_mismatches`: prompts where our output differs from target-only greedy decoding (None
       when sampling); `hf_assisted/greedy_mismatches` the same for HF;
     * `hf_assisted/wall_time_s`, `hf_assisted/tokens_per_s`.
+
+    `timed`: only the first `timed` prompts were run and timed (the others replayed, eval.timed_prompts):
+    acceptance pools every prompt, wall times, speed-ups and mismatches come from the timed ones.
     """
-    out: dict[str, float | int | None] = dict(aggregate(speculative, max_gamma(speculative, gamma)))
+    n = len(speculative) if timed is None else timed
+    curve = max_gamma(speculative, gamma)
+    out: dict[str, float | int | None] = dict(aggregate(speculative, curve))
+    if n < len(speculative):
+        timed_stats = aggregate(speculative[:n], curve)
+        out |= {"wall_time_s": timed_stats["wall_time_s"], "tokens_per_s": timed_stats["tokens_per_s"]}
+    out["timed_prompts"] = n
+    speculative, target = speculative[:n], target[:n]
     ours = _wall(speculative)
     out["speedup_vs_target"] = _ratio(_wall(target), ours)
     out["speedup_vs_hf_assisted"] = _ratio(_wall(hf_assisted), ours) if hf_assisted else None

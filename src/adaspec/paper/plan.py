@@ -64,7 +64,8 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
             steps += [Step("train", (f"paper={task.name}{suffix}", "stage=draft", s, _k(k))) for k in ks]
         steps.append(Step("eval", (base, s)))
         if task.sampled_eval:
-            sampled = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.name=t1")
+            # real sampled runs cost ~10 s per prompt and draft on two cores: the main arms, 10 prompts
+            sampled = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.name=t1")
             steps.append(Step("eval", (base, s, *sampled)))
     return steps
 
