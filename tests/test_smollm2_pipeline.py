@@ -134,6 +134,7 @@ def test_the_target_is_the_instruct_model_as_it_is(run):
     saved, original = load_file(final / "model.safetensors"), load_file(tmp / "instruct" / "model.safetensors")
     assert saved.keys() == original.keys()
     assert all(torch.equal(saved[k], original[k]) for k in original)
+    assert not paths.last_checkpoint(paths.target_dir(cfg())).exists()  # no step: no training to keep
 
 
 def test_every_draft_artefact_carries_the_draft_vocabulary_in_its_identity(run):

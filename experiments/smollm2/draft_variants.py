@@ -24,9 +24,9 @@ import torch
 from transformers import AutoTokenizer
 
 from adaspec import paths
-from adaspec.bench_real import call_seconds
 from adaspec.data.encoding import prompt_ids
 from adaspec.data.tasks import load_task
+from adaspec.evaluation.cost import forward_seconds
 from adaspec.models.build import load_model, n_params
 from adaspec.models.vocab import load_draft
 from adaspec.pipeline import run_stage
@@ -88,11 +88,11 @@ def main() -> None:
     target_model = load_model(paths.final(target)).eval()
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(target)))
     prompt = torch.tensor([prompt_ids(tokenizer, load_task(cfg.task)["test"][0].prompt, "chat")])
-    target_s = call_seconds(target_model, prompt, 1)
+    target_s = forward_seconds(target_model, prompt, 1)
     for name, extra in VARIANTS.items():
         draft = load_draft(paths.final(paths.ref_dir(checked_config(*base, *extra,
                                                                       f"paths.root={args.outputs / 'variants' / name}"))))
-        draft_s = call_seconds(draft.eval(), prompt, 1, vocab_map=getattr(draft, "draft_vocab", None))
+        draft_s = forward_seconds(draft.eval(), prompt, 1, vocab_map=getattr(draft, "draft_vocab", None))
         results["variants"][name].update({"draft_1_s": draft_s, "c": draft_s / target_s})
     results["target_1_s"] = target_s
     write_json_atomically(args.out, results, sort_keys=True)

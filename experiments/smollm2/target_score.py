@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from adaspec.data.encoding import prompt_ids, stop_token_id
+from adaspec.data.encoding import left_padded, prompt_ids, stop_token_id
 from adaspec.data.tasks import load_task
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.models.fetch import resolve_pretrained
@@ -35,9 +35,8 @@ def generate_batched(
     texts = []
     for start in range(0, len(prompts), batch):
         chunk = prompts[start : start + batch]
-        width = max(len(p) for p in chunk)
-        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in chunk])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        ids, mask = left_padded(chunk, tokenizer.pad_token_id)
+        width = ids.shape[1]
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids,

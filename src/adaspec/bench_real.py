@@ -28,7 +28,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,26 +38,6 @@ from adaspec.errors import reported_as_one_line
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
 RESULTS = Path("bench/results")
-
-
-def call_seconds(model, prompt: torch.Tensor, n_tokens: int, repeats: int = 20, vocab_map=None) -> float:
-    """Median seconds of one forward of `n_tokens` new tokens on top of a cached `prompt` (target ids)."""
-    # imported after the arguments are parsed, so --help and argument errors answer at once
-    from transformers import DynamicCache
-
-    from adaspec.decoding.speculative import _forward
-
-    ids = prompt if vocab_map is None else vocab_map.to(prompt.device).to_draft(prompt)
-    context, new = ids[:, :-n_tokens], ids[:, -n_tokens:]
-    times = []
-    with torch.inference_mode():
-        for _ in range(repeats):
-            cache = DynamicCache(config=model.config)
-            _forward(model, context, cache, logits_to_keep=1)
-            started = time.perf_counter()
-            _forward(model, new, cache)
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float, target_s: float) -> float:
@@ -72,79 +51,45 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
     """Every policy against target-only at one temperature; a row per policy. A draft with the target's
     full vocabulary also runs HF assisted generation at every fixed gamma (`hf_assisted/*` in its row)."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
-    from tqdm.auto import tqdm
-
-    from adaspec.decoding import aggregate, speculative_generate, target_generate
-    from adaspec.evaluation.hf_assisted import hf_assisted_generate
+    from adaspec.decoding import aggregate
+    from adaspec.evaluation.benchmark import Draft, benchmark
 
     vocab_map = getattr(draft, "draft_vocab", None)
-    hf_gammas = {} if vocab_map is not None else {
-        name: int(name.split("-")[1]) for name in policies if name.startswith("fixed-")
-    }
+    entries = [
+        Draft(name, draft, compare_hf=vocab_map is None and name.startswith("fixed-"), vocab_map=vocab_map,
+              policy=policy, hf_gamma=int(name.split("-")[1]) if name.startswith("fixed-") else None)
+        for name, policy in policies.items()
+    ]
+    first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
+    m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
+                  max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=stop, pad_token_id=pad_id,
+                  seed=0, progress=progress, desc=f"bench T={temperature:g}")
 
-    def hf(name: str, ids, i: int):
-        torch.manual_seed(i)  # HF samples from the global generator
-        return hf_assisted_generate(target, draft, ids, gamma=hf_gammas[name], max_new_tokens=max_new_tokens,
-                                    eos_token_id=stop, pad_token_id=pad_id, temperature=temperature)
+    def rate(results) -> float:
+        return sum(len(r.tokens) for r in results) / sum(r.wall_time_s for r in results)
 
-    def generator(i: int):
-        return torch.Generator().manual_seed(i) if temperature > 0 else None
+    def mismatches(results) -> int | None:
+        return sum(r.tokens != b.tokens for r, b in zip(results, m.target, strict=True)) if temperature == 0 else None
 
-    def ours(name: str, ids, i: int):
-        return speculative_generate(target, draft, ids, gamma_policy=policies[name](), max_new_tokens=max_new_tokens,
-                                    eos_token_id=stop, temperature=temperature, generator=generator(i),
-                                    vocab_map=vocab_map)
-
-    def timed(run):
-        started = time.perf_counter()
-        result = run()
-        return result, time.perf_counter() - started
-
-    def plain(ids, i: int):
-        return target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=stop,
-                               temperature=temperature, generator=generator(i))
-
-    plain(prompts[0], 0)  # warm-up
-    for name in policies:
-        ours(name, prompts[0], 0)
-    for name in hf_gammas:
-        hf(name, prompts[0], 0)
-    baseline, runs = [], {name: [] for name in policies}
-    hf_runs = {name: [] for name in hf_gammas}
-    for i, ids in enumerate(tqdm(prompts, desc=f"bench T={temperature:g}", unit="prompt", disable=not progress)):
-        baseline.append(timed(lambda: plain(ids, i)))  # noqa: B023 (called at once)
-        for name in policies:
-            runs[name].append(timed(lambda: ours(name, ids, i)))  # noqa: B023
-            if name in hf_gammas:
-                hf_runs[name].append(timed(lambda: hf(name, ids, i)))  # noqa: B023
-    base_tokens = sum(len(r.tokens) for r, _ in baseline)
-    base_s = sum(s for _, s in baseline)
     rows = []
-    for name, timed_runs in runs.items():
-        results = [r for r, _ in timed_runs]
-        seconds = sum(s for _, s in timed_runs)
+    for name, results in m.speculative.items():
         stats = aggregate(results, max_gamma=8)
-        tokens = sum(len(r.tokens) for r in results)
         gamma = statistics.mean(b.proposed for r in results for b in r.blocks if b.proposed) if results else 0
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
-        speedup = (tokens / seconds) / (base_tokens / base_s)
+        speedup = rate(results) / rate(m.target)
         hf_row = {}
-        if name in hf_gammas:
-            hf_results = [r for r, _ in hf_runs[name]]
-            hf_rate = sum(len(r.tokens) for r in hf_results) / sum(s for _, s in hf_runs[name])
-            hf_row = {"hf_assisted/tokens_per_s": hf_rate, "speedup_vs_hf_assisted": (tokens / seconds) / hf_rate,
-                      "hf_assisted/greedy_mismatches": sum(r.tokens != b.tokens for r, (b, _) in
-                                                           zip(hf_results, baseline, strict=True))
-                      if temperature == 0 else None}
+        if name in m.hf_assisted:
+            hf = m.hf_assisted[name]
+            hf_row = {"hf_assisted/tokens_per_s": rate(hf), "speedup_vs_hf_assisted": rate(results) / rate(hf),
+                      "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
             "temperature": temperature, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
-            "tokens_per_s": tokens / seconds, "target_only/tokens_per_s": base_tokens / base_s,
+            "tokens_per_s": rate(results), "target_only/tokens_per_s": rate(m.target),
             "speedup_vs_target": speedup, "expected_speedup": expected, "share_of_expected": speedup / expected,
-            "greedy_mismatches": sum(r.tokens != b.tokens for r, (b, _) in zip(results, baseline, strict=True))
-            if temperature == 0 else None,
+            "greedy_mismatches": mismatches(results),
         })
     return rows
 
@@ -179,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
+    from adaspec.evaluation.cost import forward_seconds
     from adaspec.models.build import load_model, n_params
     from adaspec.models.vocab import load_draft
 
@@ -198,9 +144,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     vocab_map = getattr(draft, "draft_vocab", None)
     costs = {
-        "draft_1_s": call_seconds(draft, prompts[0], 1, vocab_map=vocab_map),
-        "target_1_s": call_seconds(target, prompts[0], 1),
-        "target_verify_s": {g: call_seconds(target, prompts[0], g + 1) for g in sorted(set(args.gammas))},
+        "draft_1_s": forward_seconds(draft, prompts[0], 1, vocab_map=vocab_map),
+        "target_1_s": forward_seconds(target, prompts[0], 1),
+        "target_verify_s": {g: forward_seconds(target, prompts[0], g + 1) for g in sorted(set(args.gammas))},
     }
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
     policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)

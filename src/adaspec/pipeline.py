@@ -146,7 +146,8 @@ def run_stage(cfg: DictConfig) -> Path:
             f"{stage} stopped at step {trainer.global_step} of {steps}; nothing was saved to {paths.final(folder)}. "
             f"Continue with resume=true (last checkpoint: {last})"
         )
-    trainer.save_checkpoint(last)  # a crash while saving the artefact then redoes no training
+    if trainer.global_step > 0:  # a crash while saving the artefact then redoes no training (with no step
+        trainer.save_checkpoint(last)  # taken there is none to redo: a 0-step target skips 0.5 GB here)
     final_train = {
         name: float(v) for name, v in trainer.callback_metrics.items() if name.startswith("train/")
     }

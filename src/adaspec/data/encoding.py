@@ -102,3 +102,12 @@ def collate(batch: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
         attention_mask[row, :n] = 1
     index = torch.tensor([e.index for e in batch], dtype=torch.long)
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "index": index}
+
+
+def left_padded(prompts: list[list[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of `prompts` padded on the left, as batched generation needs: every
+    prompt ends at the last column, where the new tokens begin."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return ids, mask

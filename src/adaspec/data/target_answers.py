@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from adaspec import paths
 from adaspec.artefacts import read_meta
-from adaspec.data.encoding import prompt_ids, stop_token_id
+from adaspec.data.encoding import left_padded, prompt_ids, stop_token_id
 from adaspec.data.example import Example
 from adaspec.data.tasks import held_out_training
 from adaspec.errors import UserError
@@ -89,10 +89,8 @@ def generate_answers(model, tokenizer, examples: list[Example], cfg: DictConfig,
     with open(path, "a") as out:
         for start in tqdm(range(0, len(todo), size), desc="target answers", unit="batch"):
             chunk = todo[start : start + size]
-            width = max(len(prompts[i]) for i in chunk)
-            ids = torch.tensor([[pad] * (width - len(prompts[i])) + prompts[i] for i in chunk], device=device)
-            mask = (torch.arange(width, device=device)[None] >= torch.tensor(
-                [width - len(prompts[i]) for i in chunk], device=device)[:, None]).long()
+            ids, mask = left_padded([prompts[i] for i in chunk], pad, device)
+            width = ids.shape[1]
             generated = model.generate(
                 input_ids=ids, attention_mask=mask, max_new_tokens=cfg.distill.answer_max_new_tokens,
                 do_sample=False, eos_token_id=stop, pad_token_id=pad,

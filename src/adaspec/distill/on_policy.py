@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from adaspec.data.encoding import IGNORE, Encoded, collate
+from adaspec.data.encoding import IGNORE, Encoded, collate, left_padded
 from adaspec.models.vocab import draft_vocab_of
 
 
@@ -60,9 +60,8 @@ def student_continuations(
     prompts = batch_prompts(batch)
     vocab = draft_vocab_of(student)
     device = batch["input_ids"].device
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    ids, mask = left_padded(prompts, pad_id, device)
+    width = ids.shape[1]
     stop, pad = stop_id, pad_id
     if vocab is not None:
         vocab = vocab.to(device)

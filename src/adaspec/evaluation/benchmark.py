@@ -30,6 +30,8 @@ class Draft:
     model: PreTrainedModel
     compare_hf: bool = True  # also time HF assisted generation with this draft
     vocab_map: DraftVocab | None = None  # a draft with a reduced vocabulary: its id map
+    policy: Callable[[], Policy] | None = None  # this entry's gamma policy instead of benchmark's make_policy
+    hf_gamma: int | None = None  # this entry's HF assisted gamma instead of benchmark's gamma
 
 
 @dataclass
@@ -62,11 +64,12 @@ def benchmark(
     pad_token_id: int | None,
     seed: int = 0,
     progress: bool = True,
+    desc: str = "evaluate",
 ) -> Measurements:
     """Generate from every prompt ([1, T] on the models' device) with each method; see the module docstring.
 
-    `make_policy()` gives our engine its gamma policy; HF assisted generation always uses a constant
-    `gamma`. With `temperature > 0` every method samples, from a generator seeded with `seed` + the
+    `make_policy()` gives our engine its gamma policy and HF assisted generation a constant `gamma`, unless
+    a draft entry names its own (`Draft.policy`, `Draft.hf_gamma`: one model under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
     prompt's index.
     """
     device = prompts[0].device
@@ -79,13 +82,14 @@ def benchmark(
                                temperature=temperature, generator=generator(i))
 
     def run_ours(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
-        return speculative_generate(target, draft.model, ids, gamma_policy=make_policy(), max_new_tokens=max_new_tokens,
+        return speculative_generate(target, draft.model, ids, gamma_policy=(draft.policy or make_policy)(),
+                                    max_new_tokens=max_new_tokens,
                                     eos_token_id=eos_token_id, temperature=temperature, generator=generator(i),
                                     vocab_map=draft.vocab_map)
 
     def run_hf(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator
-        return hf_assisted_generate(target, draft.model, ids, gamma=gamma, max_new_tokens=max_new_tokens,
+        return hf_assisted_generate(target, draft.model, ids, gamma=draft.hf_gamma or gamma, max_new_tokens=max_new_tokens,
                                     eos_token_id=eos_token_id, pad_token_id=pad_token_id, temperature=temperature)
 
     # Warm-up: first calls pay for lazy initialisation (kernels, allocator, caches).
@@ -96,7 +100,7 @@ def benchmark(
             run_hf(draft, prompts[0], 0)
 
     out = Measurements(speculative={d.name: [] for d in drafts}, hf_assisted={d.name: [] for d in drafts if d.compare_hf})
-    for i, ids in enumerate(tqdm(prompts, desc="evaluate", unit="prompt", disable=not progress)):
+    for i, ids in enumerate(tqdm(prompts, desc=desc, unit="prompt", disable=not progress)):
         out.target.append(_timed(lambda: run_target(ids, i), device))  # noqa: B023 (called at once)
         for draft in drafts:
             out.speculative[draft.name].append(_timed(lambda: run_ours(draft, ids, i), device))  # noqa: B023

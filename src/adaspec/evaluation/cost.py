@@ -1,4 +1,4 @@
-"""The draft/target cost ratio c: seconds of one cached single-token forward, draft over target."""
+"""Forward-call costs: seconds of one cached forward, and the cost ratio c (draft over target, one token)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,22 @@ from adaspec.models.draft_vocab import DraftVocab
 
 @torch.inference_mode()
 def forward_seconds(
-    model, prompt: torch.Tensor, repeats: int = 30, vocab_map: DraftVocab | None = None
+    model, prompt: torch.Tensor, n_tokens: int = 1, repeats: int = 30, vocab_map: DraftVocab | None = None
 ) -> float:
-    """Median seconds of one cached single-token forward after `prompt` (target ids): what a decoding step
-    costs. `vocab_map`: `model` is a draft with a reduced vocabulary, which reads the prompt in draft ids."""
+    """Median seconds of one forward of the last `n_tokens` of `prompt` (target ids) on top of the cached
+    rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1).
+    `vocab_map`: `model` is a draft with a reduced vocabulary, which reads the prompt in draft ids."""
     if vocab_map is not None:
         prompt = vocab_map.to(prompt.device).to_draft(prompt)
+    context, new = prompt[:, :-n_tokens], prompt[:, -n_tokens:]
     times = []
     for _ in range(repeats):
         cache = DynamicCache(config=model.config)
-        _forward(model, prompt, cache, logits_to_keep=1)
+        _forward(model, context, cache, logits_to_keep=1)
         if prompt.is_cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
-        _forward(model, prompt[:, -1:], cache, logits_to_keep=1)
+        _forward(model, new, cache, logits_to_keep=n_tokens)
         if prompt.is_cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
