@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -128,3 +129,33 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe():
     assert target.stage.max_steps == 0
     sampled = [s for s in steps if "eval.name=t1" in s.command()]
     assert len(sampled) == 3 and all("decode.temperature=1.0" in s.command() for s in sampled)
+
+
+def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the_greedy_ones(tmp_path):
+    from adaspec.evaluation.run import results_dir
+    from adaspec.paper.__main__ import collect
+    from adaspec.paper.runner import compose_step
+
+    task, extra = TASKS["smollm2_gsm8k"], [f"paths.root={tmp_path / 'out'}"]
+    evaluations = [s for s in paper_plan([task], [0, 1]) if s.kind == "eval"]
+    for step in evaluations:  # what each evaluation writes, as far as the summary reads it
+        seed = int(next(o for o in step.overrides if o.startswith("seed="))[5:])
+        sampled = "eval.name=t1" in step.overrides
+        rows = {
+            name: {"label": name, "alpha": 0.3 + 0.01 * seed + 0.1 * sampled + 0.02 * (name.startswith("k0.4")),
+                   "accept_rate": 0.2, "tau": 1.4, "speedup_vs_target": 0.7, "gsm8k/exact_match": 0.3}
+            for name in ("k0.4", "k1", "k0.4-matched", "k1-matched")
+        }
+        folder = results_dir(compose_step(step, extra))
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps({
+            "metric": "gsm8k/exact_match", "n_prompts": 10 if sampled else 40, "setting": folder.name,
+            "target": {"gsm8k/exact_match": 0.3, "parameters": 1}, "drafts": rows,
+        }))
+    summary, _ = collect([task], [0, 1], extra, tmp_path / "results", sweeps=False)
+    assert set(summary) == {"smollm2_gsm8k", "smollm2_gsm8k t=1"}
+    assert summary["smollm2_gsm8k t=1"]["n_prompts"] == 10
+    assert summary["smollm2_gsm8k t=1"]["drafts"]["k1"]["alpha"]["mean"] == pytest.approx(0.405)
+    equal_budget = summary["smollm2_gsm8k t=1"]["comparisons"][0]
+    assert equal_budget["difference"]["alpha"]["values"] == pytest.approx([0.02, 0.02])
+    assert (tmp_path / "results" / "smollm2_gsm8k" / "seed1" / "t1.json").is_file()

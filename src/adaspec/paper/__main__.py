@@ -55,7 +55,7 @@ def collect(
     and the plots."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
-    from adaspec.paper.plan import Step, sweep_steps
+    from adaspec.paper.plan import SAMPLED_EVAL, Step, sweep_steps
     from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
 
     summary: dict[str, Any] = {}
@@ -69,6 +69,13 @@ def collect(
                 per_seed[seed] = copy_results(source, out / task.name / f"seed{seed}" / "main.json")
         if per_seed:
             summary[task.name] = summarise_task(task, per_seed)
+        sampled = {}
+        for seed in seeds if task.sampled_eval else []:
+            source = _results_of(Step("eval", (f"paper={task.name}", f"seed={seed}", *SAMPLED_EVAL)), extra)
+            if source.is_file():
+                sampled[seed] = copy_results(source, out / task.name / f"seed{seed}" / "t1.json")
+        if sampled:
+            summary[f"{task.name} t=1"] = summarise_task(task, sampled)
         if not sweeps:
             continue
         fixed, adaptive, k_sweep = {}, None, None

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 K_SWEEP = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
 GAMMA_SWEEP = (1, 2, 3, 5, 8)
 SWEEP_PROMPTS = "eval.n_prompts=20"  # the sweeps' 7 evaluations per task on fewer prompts than the main one
+# TaskPlan.sampled_eval: arms (a)-(c) at temperature 1; real sampled runs cost ~10 s per prompt and draft on
+# two cores with the real target, hence 10 prompts
+SAMPLED_EVAL = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.name=t1")
 
 
 @dataclass(frozen=True)
@@ -64,9 +67,7 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
             steps += [Step("train", (f"paper={task.name}{suffix}", "stage=draft", s, _k(k))) for k in ks]
         steps.append(Step("eval", (base, s)))
         if task.sampled_eval:
-            # real sampled runs cost ~10 s per prompt and draft on two cores: the main arms, 10 prompts
-            sampled = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.name=t1")
-            steps.append(Step("eval", (base, s, *sampled)))
+            steps.append(Step("eval", (base, s, *SAMPLED_EVAL)))
     return steps
 
 
