@@ -17,11 +17,11 @@ from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta, verify_weights
 from adaspec.distill.teacher_cache import data_identity
 from adaspec.errors import UserError
-from adaspec.pretrain import uses_pretrain
+from adaspec.pretrain import pretrains_target
 
 MAKE_HINT = {
     "pretrain_target": "python -m adaspec.train pretrain=stdlib stage=pretrain_target",
-    "pretrain_draft": "python -m adaspec.train pretrain=stdlib stage=pretrain_draft",
+    "pretrain_draft": "python -m adaspec.train stage=pretrain_draft",
     "target": "make stage1 (python -m adaspec.train stage=target)",
     "ref": "make stage2 (python -m adaspec.train stage=ref)",
     "draft": "make stage3 (python -m adaspec.train stage=draft)",
@@ -46,7 +46,7 @@ def check_upstream(cfg: DictConfig) -> dict[str, str]:
     stage = cfg.stage.name
     if stage == "pretrain_target":
         return {}
-    if stage == "pretrain_draft" or (stage == "target" and uses_pretrain(cfg)):
+    if (stage == "pretrain_draft" or stage == "target") and pretrains_target(cfg):
         meta = require_artefact(
             paths.pretrain_target_dir(cfg), "pretrain_target", stage, cfg, " pretrain=stdlib"
         )

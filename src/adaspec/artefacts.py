@@ -72,10 +72,15 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
     else:
         keys["seed"] = cfg.seed
     if cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none":  # stage 0 changes every later stage
-        keys["pretrain"] = cfg.pretrain
+        if stage != "target" or cfg.pretrain.objective == "lm":  # but not a target it does not pre-train
+            keys["pretrain"] = cfg.pretrain
     if stage == "draft":
         keys["distill"] = cfg.distill
         keys["k"] = cfg.k
+    if stage == "pretrain_draft" and keys.get("pretrain") is not None and cfg.pretrain.objective == "kd":
+        keys["divergence"] = str(cfg.distill.divergence)  # what a distilling stage 0 minimises
+        if cfg.distill.divergence == "jsd":
+            keys["jsd_beta"] = cfg.distill.jsd_beta
     if stage == "ref" and reference_distill_keys(cfg.distill):
         keys["distill"] = reference_distill_keys(cfg.distill)
     plain = {

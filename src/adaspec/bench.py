@@ -131,7 +131,7 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     from adaspec.cache import build_cache
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
-    from adaspec.stages import STAGE_MODULES
+    from adaspec.stages import STAGE_MODULES, stage_module
     from adaspec.stages.target import TargetFinetune
 
     base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
@@ -156,7 +156,7 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     for name, extra in variants.items():
         started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
         cfg = checked_config(*base, *extra, "overwrite=true")
-        module = STAGE_MODULES[cfg.stage.name].from_config(cfg, tokenizer, data)
+        module = stage_module(cfg).from_config(cfg, tokenizer, data)
         results[f"{name}/setup_s"] = time.perf_counter() - started
         module.student.train()
         results[f"{name}/step_s"] = _step_seconds(module, batches)

@@ -133,6 +133,11 @@ class Corpus(StrEnum):
     stdlib = "stdlib"  # adaspec.data.stdlib_corpus
 
 
+class PretrainObjective(StrEnum):
+    lm = "lm"  # causal-LM training from random weights: from-scratch presets, target and draft (pretrain=stdlib)
+    kd = "kd"  # the draft distils the stage-1 target on the corpus: pretrained targets (pretrain=distill)
+
+
 class WandbMode(StrEnum):
     offline = "offline"
     online = "online"
@@ -305,11 +310,15 @@ class DistillConfig:
 
 @dataclass
 class PretrainConfig:
-    """Stage 0 (from-scratch presets only): pre-train the target and the draft initialisation on a code
-    corpus before the task. Its own lr, batch and epochs: the corpus is not the task, so stage.* of the
-    task's stages do not apply (stage.max_steps still caps it)."""
+    """Stage 0: before the task, pre-train the target and the draft initialisation on a code corpus
+    (objective=lm, from-scratch presets), or distil the stage-1 target into the draft initialisation on
+    the corpus and the task's training prompts (objective=kd, pretrained targets). Its own lr, batch and
+    epochs: the corpus is not the task, so stage.* of the task's stages do not apply (stage.max_steps still
+    caps it)."""
 
     corpus: Corpus = Corpus.none
+    objective: PretrainObjective = PretrainObjective.lm
+    task_prompts: int = 0  # objective=kd: the first n prompts of the task's whole training split join the corpus
     max_chars: int = 3_000_000  # characters of source taken (about 1M tokens with a 4k BPE)
     block_chars: int = 1200  # characters per training example, whole lines
     n_val: int = 64  # blocks held out for the validation loss
@@ -556,7 +565,9 @@ def _validate_draft_build(cfg: DictConfig) -> None:
     """model.draft_init and model.draft_vocab_size against the other groups."""
     model = cfg.model
     _check(
-        model.draft_init == DraftInit.random or cfg.pretrain.corpus == Corpus.none,
+        model.draft_init == DraftInit.random
+        or cfg.pretrain.corpus == Corpus.none
+        or cfg.pretrain.objective == PretrainObjective.kd,  # a distilling stage 0 starts from model.draft_init
         "model.draft_init",
         model.draft_init,
         "with stage 0 (pretrain=stdlib) the draft starts from its pre-trained weights: use model.draft_init=random",
@@ -580,12 +591,22 @@ def _validate_pretrain(cfg: DictConfig) -> None:
         )
     if p.corpus == Corpus.none:
         return
+    scratch = cfg.model.source == ModelSource.scratch
     _check(
-        cfg.model.source == ModelSource.scratch,
-        "pretrain.corpus",
-        p.corpus,
-        "stage 0 is for from-scratch presets; pretrained models need pretrain=none",
+        scratch == (p.objective == PretrainObjective.lm),
+        "pretrain.objective",
+        p.objective,
+        "stage 0 pre-trains from-scratch presets with objective=lm (pretrain=stdlib); a pretrained target's "
+        "draft distils it with objective=kd (pretrain=distill)",
     )
+    if p.objective == PretrainObjective.kd:
+        _check(
+            stage != StageName.pretrain_target,
+            "stage",
+            stage,
+            "a pretrained target has no stage 0: only its draft distils it (stage=pretrain_draft)",
+        )
+    _check(p.task_prompts >= 0, "pretrain.task_prompts", p.task_prompts, "must be >= 0")
     for key in ("max_chars", "block_chars", "n_val", "batch_size", "max_epochs"):
         _check(p[key] >= 1, f"pretrain.{key}", p[key], "must be >= 1")
     _check(p.lr > 0, "pretrain.lr", p.lr, "must be > 0")

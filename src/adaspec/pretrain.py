@@ -1,8 +1,12 @@
-"""Stage 0 (`pretrain=stdlib`): causal-LM pre-training of the from-scratch target (stage=pretrain_target,
-once) and of the draft initialisation (stage=pretrain_draft, per seed) on the standard library's source.
+"""Stage 0: the draft initialisation (stage=pretrain_draft, per seed) learns from more text than the task's
+answers before stage 2, on the standard library's source.
 
-Stage 0 trains the BPE tokenizer on the corpus and the task's training text; stage 1 then fine-tunes
-the pre-trained target, and the reference and every draft start from the pre-trained draft.
+`pretrain=stdlib` (objective=lm, from-scratch presets): causal-LM pre-training of the target
+(stage=pretrain_target, once) and of the draft; stage 0 trains the BPE tokenizer on the corpus and the
+task's training text, and stage 1 fine-tunes the pre-trained target. `pretrain=distill` (objective=kd,
+pretrained targets): the draft distils the stage-1 target's distribution on the corpus and
+`pretrain.task_prompts` of the task's training prompts. Either way the reference and every draft start
+from stage 0's draft.
 """
 
 from __future__ import annotations
@@ -15,10 +19,17 @@ from omegaconf import DictConfig
 from adaspec.config import PRETRAIN_STAGES
 from adaspec.data.example import Example
 from adaspec.data.stdlib_corpus import corpus_identity, stdlib_blocks
+from adaspec.data.tasks import first_training_examples
 
 
 def uses_pretrain(cfg: DictConfig) -> bool:
+    """Stage 0 makes the draft initialisation (either objective)."""
     return cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none"
+
+
+def pretrains_target(cfg: DictConfig) -> bool:
+    """Stage 0 also pre-trains the target, which stage 1 then starts from (objective=lm)."""
+    return uses_pretrain(cfg) and cfg.pretrain.objective == "lm"
 
 
 def pretrain_stage_config(cfg: DictConfig) -> DictConfig:
@@ -32,8 +43,10 @@ def pretrain_stage_config(cfg: DictConfig) -> DictConfig:
 
 
 def corpus_blocks(cfg: DictConfig) -> list[str]:
+    """The corpus' blocks, then the first pretrain.task_prompts prompts of the task's training split."""
     p = cfg.pretrain
-    return stdlib_blocks(p.max_chars, p.block_chars, seed=p.seed)
+    blocks = stdlib_blocks(p.max_chars, p.block_chars, seed=p.seed)
+    return blocks + [e.prompt for e in first_training_examples(cfg.task, p.task_prompts)] if p.task_prompts else blocks
 
 
 def corpus_splits(blocks: list[str], n_val: int) -> tuple[dict[str, list[Example]], dict[str, Any]]:

@@ -51,6 +51,14 @@ def load_task(task: DictConfig) -> dict[str, list[Example]]:
     return splits
 
 
+def first_training_examples(task: DictConfig, count: int) -> list[Example]:
+    """The first `count` examples of the task's whole training split (task.n_train does not cut it)."""
+    examples = LOADERS[task.name](task)["train"]
+    if len(examples) < count:
+        raise UserError(f"pretrain.task_prompts={count}: task {task.name!r} has {len(examples)} training examples")
+    return examples[:count]
+
+
 def held_out_training(task: DictConfig, count: int) -> list[Example]:
     """The `count` training examples right after the first `task.n_train`: prompts no stage trains on,
     for validating a stage whose training answers are not the dataset's (distill.data=target)."""

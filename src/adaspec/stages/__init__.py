@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from adaspec.stages.base import StageModule
 from adaspec.stages.draft import SelectiveDistill
-from adaspec.stages.pretrain import Pretrain
+from adaspec.stages.pretrain import DistilPretrain, Pretrain
 from adaspec.stages.ref import ReferenceDistill
 from adaspec.stages.target import TargetFinetune
 
@@ -15,3 +15,10 @@ STAGE_MODULES: dict[str, type[StageModule]] = {
     "ref": ReferenceDistill,
     "draft": SelectiveDistill,
 }
+
+
+def stage_module(cfg) -> type[StageModule]:
+    """The module that trains `cfg`'s stage: STAGE_MODULES', or a distilling stage 0 (pretrain.objective=kd)."""
+    if cfg.stage.name == "pretrain_draft" and cfg.pretrain.objective == "kd":
+        return DistilPretrain
+    return STAGE_MODULES[cfg.stage.name]

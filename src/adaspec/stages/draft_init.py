@@ -26,7 +26,7 @@ from adaspec.models.build import load_model, n_params, pretrained_tokenizer, res
 from adaspec.models.draft_init import init_draft
 from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.models.vocab import vocabulary_mismatch
+from adaspec.models.vocab import load_draft, vocabulary_mismatch
 from adaspec.pretrain import uses_pretrain
 
 
@@ -39,6 +39,7 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
     if (folder / "meta.json").is_file():
         verify_weights(folder, f"`make stage2 seed={cfg.seed}` (after deleting {folder})")
         check_init_settings(cfg, folder)
+        check_init_source(cfg, folder)
         return folder
     if not is_global_zero():
         wait_for(folder / "meta.json", "the draft initialisation")
@@ -61,6 +62,22 @@ def init_settings(cfg: DictConfig) -> dict[str, str | int]:
     return {"draft_init": str(cfg.model.draft_init), "draft_vocab_size": int(cfg.model.draft_vocab_size)}
 
 
+def check_init_source(cfg: DictConfig, folder: Path) -> None:
+    """A UserError when the saved initialisation did not come from this run's stage 0 (another stage-0 draft,
+    or none where stage 0 runs, or one where it does not): stage 0's folder is the same either way."""
+    made_from = read_meta(folder)["upstream"].get("pretrain_draft")
+    stage0 = paths.final(paths.pretrain_draft_dir(cfg))
+    wanted = read_meta(stage0)["weights"] if uses_pretrain(cfg) and (stage0 / "meta.json").is_file() else None
+    if made_from != wanted:
+        made = f"stage 0's draft {made_from}" if made_from else "no stage 0"
+        now = f"stage 0's draft {stage0} ({wanted})" if wanted else "no stage 0 (pretrain=none)"
+        raise UserError(
+            f"the draft initialisation {folder} was made from {made}, this run starts from {now}: use another "
+            f"paths.root for one of them, or delete {folder.parent} (it is rebuilt) and retrain the reference and "
+            f"drafts with overwrite=true"
+        )
+
+
 def check_init_settings(cfg: DictConfig, folder: Path) -> None:
     """A UserError when the saved initialisation was made with another model.draft_init or draft_vocab_size
     (earlier artefacts without the record were made with the defaults)."""
@@ -75,17 +92,23 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
             )
 
 
-def initial_draft(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[PreTrainedModel, dict[str, str]]:
-    """(the initial draft, with its id map as `draft_vocab` (None: full vocabulary), upstream hashes)."""
+def initial_draft(
+    cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, from_stage0: bool = True
+) -> tuple[PreTrainedModel, dict[str, str]]:
+    """(the initial draft, with its id map as `draft_vocab` (None: full vocabulary), upstream hashes).
+    `from_stage0`: stage 0's draft when stage 0 runs (False: what stage 0 itself starts from)."""
     reduce = cfg.model.draft_vocab_size > 0
     if cfg.model.source == "pretrained" and cfg.model.draft_path:
         model, upstream = pretrained_draft(cfg, tokenizer), {}
-    elif uses_pretrain(cfg):  # stage 0's draft for this seed
+    elif from_stage0 and uses_pretrain(cfg):  # stage 0's draft for this seed
+        group = "stdlib" if cfg.pretrain.objective == "lm" else "distill"
         meta = require_artefact(
-            paths.pretrain_draft_dir(cfg), "pretrain_draft", cfg.stage.name, cfg, " pretrain=stdlib"
+            paths.pretrain_draft_dir(cfg), "pretrain_draft", cfg.stage.name, cfg, f" pretrain={group}"
         )
-        model = load_model(paths.final(paths.pretrain_draft_dir(cfg)), cfg.model.attn_implementation)
+        model = load_draft(paths.final(paths.pretrain_draft_dir(cfg)), cfg.model.attn_implementation)
         upstream = {"pretrain_draft": meta["weights"]}
+        if model.draft_vocab is not None:  # a distilling stage 0 trained the reduced draft already
+            return model, upstream
     elif cfg.model.draft_init == "random" and not reduce:  # as before the options existed: same weights
         model, upstream = scratch_draft(cfg, tokenizer, padded_vocab_size(tokenizer)), {}
     else:

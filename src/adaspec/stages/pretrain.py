@@ -1,16 +1,22 @@
-"""Stage 0 (`pretrain=stdlib`): plain causal-LM training from random weights on the code corpus, for the
-target (stage=pretrain_target, once) and the draft initialisation (stage=pretrain_draft, per seed)."""
+"""Stage 0 on the code corpus: plain causal-LM training from random weights of the target
+(stage=pretrain_target, once) and the draft initialisation (stage=pretrain_draft, per seed) of from-scratch
+presets (`pretrain=stdlib`), or distillation of a pretrained target into the draft initialisation
+(`pretrain=distill`)."""
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
+from adaspec import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.models.build import scratch_model
 from adaspec.stages.base import attn_implementation
+from adaspec.stages.draft_init import initial_draft
+from adaspec.stages.ref import ReferenceDistill
 from adaspec.stages.target import TargetFinetune
+from adaspec.stages.teachers import frozen_artefact
 
 
 class Pretrain(TargetFinetune):
@@ -30,3 +36,19 @@ class Pretrain(TargetFinetune):
             attn_implementation=attn_implementation(cfg),
         )
         return cls(student, cfg.stage)
+
+
+class DistilPretrain(ReferenceDistill):
+    """pretrain.objective=kd: the draft, as model.draft_init makes it, learns the frozen stage-1 target's
+    distribution (distill.divergence, target run live) on every corpus token; stage 2 then starts from it.
+    Stage 2's loss on more text than the task's answers, and nothing task-specific: no domain weights, no
+    acceptance monitor (the corpus has no prompts to decode from)."""
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        student, _ = initial_draft(cfg, tokenizer, from_stage0=False)
+        target = frozen_artefact(paths.target_dir(cfg), attn_implementation(cfg))
+        return cls(student, cfg.stage, cfg.distill, target)
+
+    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list:
+        return []

@@ -13,7 +13,7 @@ from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
 from adaspec.models.build import load_model, pretrained_tokenizer, resize_embeddings, scratch_model
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.pretrain import uses_pretrain
+from adaspec.pretrain import pretrains_target
 from adaspec.stages.base import StageModule, attn_implementation
 
 
@@ -24,7 +24,7 @@ class TargetFinetune(StageModule):
         paths.models, fetched and converted on first use; embeddings resized for the tokens the tokenizer
         gained), or random weights. stage.max_steps=0 saves it as it starts: a pretrained target as it is."""
         attn = attn_implementation(cfg)
-        if uses_pretrain(cfg):
+        if pretrains_target(cfg):
             student = load_model(paths.final(paths.pretrain_target_dir(cfg)), attn)
         elif cfg.model.source == "pretrained":
             source = resolve_pretrained(cfg.model.target_path, cfg.paths.models)
