@@ -24,7 +24,7 @@ from adaspec.decoding import target_generate
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
 from adaspec.models.vocab import load_draft
-from adaspec.pipeline import build_data, run_stage
+from adaspec.pipeline import build_data, resolve_stage_config, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 
@@ -143,3 +143,21 @@ def test_target_answers_without_n_train_name_the_key(setup):
         held_out_training(setup("task.n_train=null").task, 2)
     with pytest.raises(UserError, match="task.n_val"):
         held_out_training(setup("task.n_train=100000").task, 2)
+
+
+def test_the_official_budget_match_counts_the_finished_answers_only(setup):
+    ref = setup("stage=ref", "distill.data=target")
+    build_cache(ref)
+    path = paths.target_answers_dir(ref) / ANSWERS
+    original = path.read_text()
+    records = [json.loads(line) for line in original.splitlines()]
+    next(r for r in records if r["index"] == 3)["stopped"] = False  # as if the target had not finished it
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        draft = setup("stage=draft", "k=0.4", "distill.data=target", "distill.match_token_budget=true")
+        resolved, splits = resolve_stage_config(draft)
+        assert resolved.stage.batch_size == 10  # stage.batch_size 4 / k 0.4
+        data, _, _ = build_data(resolved, splits)  # the training splits are made once, from the task's
+        assert len(data.train_set) == N_TRAIN - 1
+    finally:
+        path.write_text(original)

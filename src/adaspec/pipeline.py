@@ -30,7 +30,7 @@ from adaspec.errors import UserError
 from adaspec.models.build import enable_gradient_checkpointing, n_params
 from adaspec.models.vocab import check_stage_vocabularies
 from adaspec.pretrain import corpus_blocks, corpus_splits, pretrain_stage_config
-from adaspec.stages import STAGE_MODULES
+from adaspec.stages import stage_module
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.tokenizer import load_tokenizer
 from adaspec.trainer import (
@@ -48,8 +48,9 @@ def resolve_stage_config(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     the task's splits when resolving needed them."""
     cfg = pretrain_stage_config(cfg)
     if cfg.stage.name == "draft" and cfg.distill.match_token_budget:  # the budget depends on the data's size
-        splits = training_splits(cfg, load_task(cfg.task))
-        return apply_token_budget(cfg, len(splits["train"]), world_size(cfg.trainer)), splits
+        splits = load_task(cfg.task)  # as loaded: build_data makes the training splits from them
+        n_train = len(training_splits(cfg, splits)["train"])
+        return apply_token_budget(cfg, n_train, world_size(cfg.trainer)), splits
     return cfg, None
 
 
@@ -105,7 +106,7 @@ def run_stage(cfg: DictConfig) -> Path:
 
     data, more_upstream, corpus = build_data(cfg, splits)
     upstream.update(more_upstream)
-    module = STAGE_MODULES[stage].from_config(cfg, data.tokenizer, data)
+    module = stage_module(cfg).from_config(cfg, data.tokenizer, data)
     if cfg.model.gradient_checkpointing:
         enable_gradient_checkpointing(module.student)
     steps = total_steps(cfg.stage, len(data.train_set), world_size(cfg.trainer))
