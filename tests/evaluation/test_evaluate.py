@@ -51,10 +51,15 @@ def test_evaluation_end_to_end(trained, capsys):
         assert set(sweep["by_gamma"]) == {"1", "2", "3", "5", "8"}
         assert sweep["by_gamma"]["5"]["alpha"] == pytest.approx(row["alpha"])  # replay == measured at gamma 5
         assert all(0.0 <= s["alpha"] <= 1.0 and s["tau"] >= 1.0 for s in sweep["by_gamma"].values())
+        speedups = row["expected_speedup_by_gamma"]  # from the sweep's tau and the measured call costs
+        costs = results["costs"]
+        assert speedups["5"] == pytest.approx(sweep["by_gamma"]["5"]["tau"] * costs["target_1_s"] / (
+            5 * costs["draft_1_s"][name] + costs["target_verify_s"]["5"]))
+        assert row["expected_speedup_at_best_gamma"] == max(speedups.values()) == speedups[str(row["best_gamma"])]
 
     table = (folder / "results.md").read_text()
     for column in ("alpha", "accept_rate", "tau", "speedup_vs_target", "speedup_vs_hf_assisted", "tokens/s",
-                   "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8"):
+                   "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8", "best gamma"):
         assert column in table
     assert table in printed  # printed at the end
     for png in ("reject_rate_curve.png", "alpha_vs_gamma.png"):

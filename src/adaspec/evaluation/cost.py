@@ -38,3 +38,20 @@ def forward_seconds(
 
 def cost_ratio(draft, target, prompt: torch.Tensor, vocab_map: DraftVocab | None = None) -> float:
     return forward_seconds(draft, prompt, vocab_map=vocab_map) / forward_seconds(target, prompt)
+
+
+def call_costs(target, drafts: dict[str, tuple], prompt: torch.Tensor, gammas: list[int]) -> dict:
+    """Median seconds of the calls a block makes: the target's one-token step and its verification of
+    gamma + 1 tokens (each gamma), each draft's one-token step (`drafts`: name -> (model, vocab_map))."""
+    return {
+        "target_1_s": forward_seconds(target, prompt),
+        "target_verify_s": {str(g): forward_seconds(target, prompt, g + 1) for g in gammas},
+        "draft_1_s": {name: forward_seconds(model, prompt, vocab_map=vm) for name, (model, vm) in drafts.items()},
+    }
+
+
+def expected_speedups(tau_by_gamma: dict[str, float], draft_1_s: float, target_1_s: float,
+                      verify_s: dict[str, float]) -> dict[str, float]:
+    """Per gamma: target-only seconds for the tokens a block emits on average (tau, tokens per target call)
+    over the block's seconds (gamma draft steps and one verification of gamma + 1 tokens)."""
+    return {g: tau * target_1_s / (int(g) * draft_1_s + verify_s[g]) for g, tau in tau_by_gamma.items()}

@@ -16,6 +16,8 @@ TABLE_COLUMNS = [
     ("speedup_vs_target", "speedup_vs_target"),
     ("speedup_vs_hf_assisted", "speedup_vs_hf_assisted"),
     ("tokens_per_s", "tokens/s"),
+    ("best_gamma", "best gamma"),  # by expected speed-up: acceptance against gamma and measured call costs
+    ("expected_speedup_at_best_gamma", "expected speed-up there"),
 ]
 
 

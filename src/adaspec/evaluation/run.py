@@ -49,6 +49,7 @@ from adaspec.decoding import (
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.errors import UserError
 from adaspec.evaluation.benchmark import Draft, Measurements, benchmark
+from adaspec.evaluation.cost import call_costs, expected_speedups
 from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.plots import (
     ALPHA_VS_GAMMA_PNG,
@@ -223,9 +224,11 @@ def summarise(
     m: Measurements,
     draft_info: dict[str, dict[str, Any]],
     timed: int,
+    costs: dict[str, Any],
 ) -> dict[str, Any]:
     """The results.json content, less the config and versions. `m` timed the first `timed` prompts; the
-    target's results cover every prompt (greedy: the others are replayed from them)."""
+    target's results cover every prompt (greedy: the others are replayed from them). `costs`: call_costs,
+    with which each draft's acceptance against gamma gives its expected speed-up at each gamma."""
     decode, kind = cfg.decode, cfg.task.kind
     metric = task_metric(kind)
     greedy = decode.temperature == 0
@@ -253,6 +256,11 @@ def summarise(
         row["acceptance_vs_gamma"] = acceptance_vs_gamma(
             cfg, target, draft.model, prompts, measured, eos, draft.vocab_map, replayed
         )
+        taus = {g: v["tau"] for g, v in row["acceptance_vs_gamma"]["by_gamma"].items()}
+        speedups = expected_speedups(taus, costs["draft_1_s"][draft.name], costs["target_1_s"], costs["target_verify_s"])
+        best = max(speedups, key=speedups.get) if speedups else None
+        row |= {"expected_speedup_by_gamma": speedups, "best_gamma": best and int(best),
+                "expected_speedup_at_best_gamma": speedups.get(best)}
         rows[draft.name] = row
     return {
         "setting": setting_name(decode),
@@ -261,6 +269,7 @@ def summarise(
         "metric": metric,
         "n_prompts": len(prompts),
         "timed_prompts": timed,
+        "costs": costs,
         "decode": OmegaConf.to_container(decode, resolve=True, enum_to_str=True),
         "hf_assisted": {
             "num_assistant_tokens": decode.gamma,
@@ -351,7 +360,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         target_generate(target, ids, max_new_tokens=decode.max_new_tokens, eos_token_id=eos)
         for ids in tqdm(untimed, desc="target (untimed prompts)", unit="prompt", disable=not progress or not untimed)
     ]
-    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed)
+    costs = call_costs(target, {d.name: (d.model, d.vocab_map) for d in drafts}, prompts[0], list(cfg.eval.gammas))
+    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
