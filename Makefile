@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.train
 
-.PHONY: install sandbox-tools models answers demo demo-real bench-real stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ install: $(STAMP)
 # bubblewrap isolates the MBPP sandbox; installed where apt-get can, and never failing the install.
 sandbox-tools:
 	@command -v bwrap >/dev/null || (command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) || echo "bubblewrap not installed: the MBPP sandbox falls back to weaker isolation (unshare namespaces, user nobody, resource limits, Python-level guards)"
+
+# Stage 0, the draft initialisation's pre-training, e.g. ARGS="pretrain=stdlib" (from-scratch presets, after
+# stage=pretrain_target) or ARGS="model=smollm2 ... pretrain=distill" (distils the target: after stage 1).
+stage0: install
+	$(TRAIN) stage=pretrain_draft $(ARGS)
 
 stage1: install
 	$(TRAIN) stage=target $(ARGS)
