@@ -16,8 +16,11 @@ K_SWEEP = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
 GAMMA_SWEEP = (1, 2, 3, 5, 8)
 SWEEP_PROMPTS = "eval.n_prompts=20"  # the sweeps' 7 evaluations per task on fewer prompts than the main one
 # TaskPlan.sampled_eval: arms (a)-(c) at temperature 1; real sampled runs cost ~10 s per prompt and draft on
-# two cores with the real target, hence 10 prompts
-SAMPLED_EVAL = ("decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.name=t1")
+# two cores with the real target, hence 10 prompts and no sampled sweep over gamma (7 more runs each)
+SAMPLED_EVAL = (
+    "decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.gamma_sweep_prompts=0",
+    "eval.name=t1",
+)
 
 
 @dataclass(frozen=True)
