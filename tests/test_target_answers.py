@@ -150,7 +150,7 @@ def test_the_official_budget_match_counts_the_finished_answers_only(setup):
     build_cache(ref)
     path = paths.target_answers_dir(ref) / ANSWERS
     original = path.read_text()
-    records = [json.loads(line) for line in original.splitlines()]
+    records = list(read_answers(path.parent).values())  # without a line an earlier test cut (a crash)
     next(r for r in records if r["index"] == 3)["stopped"] = False  # as if the target had not finished it
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     try:
