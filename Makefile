@@ -62,14 +62,16 @@ demo: install
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K: the
 # target's own answers to the first 500 training problems (one-off, resumable), the top-64 teacher cache on
-# them, reference, AdaSPEC k=0.4 and DistillSpec drafts (6 epochs), evaluation on 20 test prompts.
+# them, stage 0 (the draft distils the target on the stdlib corpus and 2000 training prompts: one-off, ~30
+# min), reference, AdaSPEC k=0.4 and DistillSpec drafts (6 epochs), evaluation on 20 test prompts.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
-REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
+REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk pretrain=distill
 REAL_STAGE := resume=true stage.max_epochs=6
 demo-real: models
 	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)
 	$(PY) -m adaspec.answers $(REAL) $(ARGS)
 	$(PY) -m adaspec.cache $(REAL) $(ARGS)
+	$(TRAIN) stage=pretrain_draft resume=true $(REAL) $(ARGS)
 	$(TRAIN) stage=ref $(REAL) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(REAL) $(REAL_STAGE) $(ARGS)

@@ -27,11 +27,13 @@ def recipe() -> list[tuple[str, list[str]]]:
 def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders():
     commands = recipe()
     modules = [m for m, _ in commands]
-    assert modules == ["adaspec.models.fetch", "adaspec.train", "adaspec.answers", "adaspec.cache",
+    assert modules == ["adaspec.models.fetch", "adaspec.train", "adaspec.answers", "adaspec.cache", "adaspec.train",
                        "adaspec.train", "adaspec.train", "adaspec.train", "adaspec.evaluate"]
     configs = [checked_config(*overrides) for module, overrides in commands if module != "adaspec.models.fetch"]
-    target, _, cache, ref, draft04, draft1, evaluation = configs
+    target, _, cache, stage0, ref, draft04, draft1, evaluation = configs
     assert target.stage.name == "target" and target.stage.max_steps == 0 and str(target.model.name) == "smollm2"
+    assert stage0.stage.name == "pretrain_draft" and stage0.pretrain.objective == "kd"  # the best of issue 13's
+    assert ref.pretrain.objective == "kd"  # so the reference starts from stage 0's draft
     assert ref.stage.name == "ref" and draft04.k == 0.4 and draft1.k == 1.0
     for cfg in configs:
         assert cfg.distill.data == "target" and cfg.task.prompt_format == "chat"

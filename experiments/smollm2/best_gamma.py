@@ -3,8 +3,9 @@
     python experiments/smollm2/best_gamma.py experiments/results/smollm2-paper [--costs bench/results/smollm2.json]
 
 Each seed's main.json holds the draft's acceptance at every gamma (replayed exactly from the target's greedy
-output on all prompts). With the measured seconds of the calls a block makes (the evaluation's own `costs`;
-results written before evaluations measured them take `--costs`, a bench-real JSON from the same machine)
+output on all prompts). With the measured seconds of the calls a block makes (the evaluation's own `costs`,
+or `--costs`, a bench-real JSON from the same machine: for results written before evaluations measured
+them, or measured while other work shared the cores)
 `adaspec.evaluation.cost.expected_speedups` gives the speed-up each gamma would bring; this picks the best
 per seed and reports its mean and 95 % interval over seeds beside the wall-clock speed-up measured at the
 evaluation's own gamma. Writes best_gamma.json and best_gamma.md next to the seeds.
@@ -23,13 +24,14 @@ from adaspec.toolkit import markdown_table, write_json_atomically, write_text_at
 
 
 def costs_of(results: dict, fallback: dict | None, row: str) -> tuple[float, float, dict[str, float]]:
-    """(draft one-token s, target one-token s, target verification s by gamma) for one draft row."""
-    if "costs" in results:
-        c = results["costs"]
-        return c["draft_1_s"][row], c["target_1_s"], c["target_verify_s"]
-    if fallback is None:
+    """(draft one-token s, target one-token s, target verification s by gamma) for one draft row: `--costs`
+    when given, else the evaluation's own."""
+    if fallback is not None:
+        return fallback["draft_1_s"], fallback["target_1_s"], fallback["target_verify_s"]
+    if "costs" not in results:
         raise SystemExit("these results hold no call costs: pass --costs bench/results/<name>.json")
-    return fallback["draft_1_s"], fallback["target_1_s"], fallback["target_verify_s"]
+    c = results["costs"]
+    return c["draft_1_s"][row], c["target_1_s"], c["target_verify_s"]
 
 
 def best_gamma_table(folder: Path, fallback: dict | None) -> dict[str, dict]:
