@@ -75,7 +75,7 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
     for name, results in m.speculative.items():
         stats = aggregate(results, max_gamma=8)
         gamma = statistics.mean(b.proposed for r in results for b in r.blocks if b.proposed) if results else 0
-        verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
+        verify_s = costs["target_verify_s"].get(str(round(gamma)), costs["target_1_s"])
         expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
         speedup = rate(results) / rate(m.target)
         hf_row = {}
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
-    from adaspec.evaluation.cost import forward_seconds
+    from adaspec.evaluation.cost import call_costs
     from adaspec.models.build import load_model, n_params
     from adaspec.models.vocab import load_draft
 
@@ -143,11 +143,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     examples = load_task(cfg.task)["test"][: args.prompts]
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     vocab_map = getattr(draft, "draft_vocab", None)
-    costs = {
-        "draft_1_s": forward_seconds(draft, prompts[0], 1, vocab_map=vocab_map),
-        "target_1_s": forward_seconds(target, prompts[0], 1),
-        "target_verify_s": {g: forward_seconds(target, prompts[0], g + 1) for g in sorted(set(args.gammas))},
-    }
+    costs = call_costs(target, {"draft": (draft, vocab_map)}, prompts[0], sorted(set(args.gammas)))
+    costs["draft_1_s"] = costs["draft_1_s"]["draft"]
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
     policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     payload: dict[str, Any] = {
