@@ -75,7 +75,7 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
     for name, results in m.speculative.items():
         stats = aggregate(results, max_gamma=8)
         gamma = statistics.mean(b.proposed for r in results for b in r.blocks if b.proposed) if results else 0
-        verify_s = costs["target_verify_s"].get(str(round(gamma)), costs["target_1_s"])
+        verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
         speedup = rate(results) / rate(m.target)
         hf_row = {}
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     vocab_map = getattr(draft, "draft_vocab", None)
     costs = call_costs(target, {"draft": (draft, vocab_map)}, prompts[0], sorted(set(args.gammas)))
-    costs["draft_1_s"] = costs["draft_1_s"]["draft"]
+    costs |= {"draft_1_s": costs["draft_1_s"]["draft"],
+              "target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
     policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     payload: dict[str, Any] = {
