@@ -106,17 +106,27 @@ def test_stdlib_corpus_is_deterministic_whole_lines_and_without_tests():
     assert len(files) > 100 and not any(SKIPPED & set(p.parts) for p in files)
 
 
-def test_the_real_target_plan_composes_every_arm_on_the_official_recipe():
-    """make paper ARGS="--tasks smollm2_gsm8k": every step composes and validates; the arms differ only in
-    what they should (budget, epochs and early stopping, domain weights) and find the same target and reference."""
+DOMAIN_ARMS = {  # per real-target task: the domain ablation's ks and what it switches on
+    "smollm2_gsm8k": ((0.4, 1.0), lambda d: d.digit_weight == 2.0 and d.operator_weight == 1.5),
+    "smollm2_mbpp": ((0.33,), lambda d: d.keep_whitespace_tokens),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOMAIN_ARMS))
+def test_the_real_target_plan_composes_every_arm_on_the_official_recipe(name):
+    """make paper ARGS="--tasks <name>": every step composes and validates; the arms differ only in what they
+    should (budget, epochs and early stopping, domain strategies) and find the same target and reference;
+    every draft the evaluation names is one the plan trains."""
     from adaspec import paths
     from adaspec.paper.runner import compose_step
 
-    steps = paper_plan([TASKS["smollm2_gsm8k"]], [0, 1, 2])
+    steps = paper_plan([TASKS[name]], [0, 1, 2])
     assert not any("eval.name=ksweep" in s.command() or "gsweep" in s.command() for s in steps)
     configs = [compose_step(step, []) for step in steps]
     drafts = {(c.stage.tag, c.k): c for c in configs if c.stage.name == "draft" and c.seed == 0}
-    assert set(drafts) == {(tag, k) for tag in ("", "matched", "optimal", "domain") for k in (0.4, 1.0)}
+    domain_ks, domain_on = DOMAIN_ARMS[name]
+    arms = {(tag, k) for tag in ("", "matched", "optimal") for k in (0.4, 1.0)} | {("domain", k) for k in domain_ks}
+    assert set(drafts) == arms
     reference = next(c for c in configs if c.stage.name == "ref" and c.seed == 0)
     for (tag, _k), cfg in drafts.items():
         assert str(cfg.model.name) == "smollm2" and cfg.distill.selection == "quantile" and cfg.stage.lr == 3e-4
@@ -124,11 +134,23 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe():
         assert paths.ref_dir(cfg) == paths.ref_dir(reference)
         assert cfg.distill.match_token_budget == (tag == "matched")
         assert cfg.stage.early_stop_patience == (2 if tag == "optimal" else 0)
-        assert cfg.task.domain.digit_weight == (2.0 if tag == "domain" else 1.0)
+        assert bool(domain_on(cfg.task.domain)) == (tag == "domain")
     target = next(c for c in configs if c.stage.name == "target")
-    assert target.stage.max_steps == 0
+    assert target.stage.max_steps == 0 and target.task.name == configs[-1].task.name
+    main_eval = compose_step(next(s for s in steps if s.kind == "eval"), [])
+    ev = main_eval.eval
+    evaluated = {(tag, k) for tag in ev.draft_tags for k in ev.tag_ks.get(tag, ev.draft_ks)}
+    assert evaluated == arms
     sampled = [s for s in steps if "eval.name=t1" in s.command()]
     assert len(sampled) == 3 and all("decode.temperature=1.0" in s.command() for s in sampled)
+
+
+def test_an_extra_arm_without_its_own_distillspec_is_paired_with_arm_a():
+    from adaspec.paper.aggregate import comparisons
+
+    pairs = {name: (ada, ds) for name, ada, ds in comparisons(TASKS["smollm2_mbpp"])}
+    assert pairs["ablation: domain strategies, k=0.33"] == ("k0.33-domain", "k1")
+    assert pairs["(d) optimal epoch, k=0.4"] == ("k0.4-optimal", "k1-optimal")
 
 
 def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the_greedy_ones(tmp_path):

@@ -29,8 +29,9 @@ def comparisons(task: TaskPlan) -> list[tuple[str, str, str]]:
     names = {"_optimal": "(d) optimal epoch", "_domain": "ablation: domain strategies"}
     for suffix, ks in task.extra_arms:
         tag = suffix.lstrip("_")
+        distillspec = f"k1-{tag}" if 1.0 in ks else "k1"  # an arm without its own k=1 pairs with arm (a)'s
         for k in (k for k in ks if k != 1.0):
-            out.append((f"{names.get(suffix, tag)}, k={k:g}", f"k{k:g}-{tag}", f"k1-{tag}"))
+            out.append((f"{names.get(suffix, tag)}, k={k:g}", f"k{k:g}-{tag}", distillspec))
     return out
 
 

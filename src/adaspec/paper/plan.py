@@ -105,5 +105,10 @@ TASKS = {
         "smollm2_gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_gsm8k_target",
         extra_arms=REAL_ARMS, sweeps=False, sampled_eval=True,
     ),
+    # the domain ablation on code is the note's k = 0.33 with whitespace kept; its DistillSpec is arm (a)'s
+    "smollm2_mbpp": TaskPlan(
+        "smollm2_mbpp", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_mbpp_target",
+        extra_arms=(("_optimal", (0.4, 1.0)), ("_domain", (0.33,))), sweeps=False, sampled_eval=True,
+    ),
 }
 DEFAULT_TASKS = ("gsm8k", "mbpp")
