@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from adaspec.distill.divergence import support_token_divergence, token_divergence
+from adaspec.distill.divergence import support_token_divergence, token_divergence, topk_divergence
 
 
 def logits(n=37, v=50, seed=0):
@@ -131,3 +131,47 @@ def test_jsd_of_a_reduced_vocabulary_draft_is_the_jsd_of_its_scattered_distribut
         support_token_divergence(teacher, full, torch.arange(30), "jsd", jsd_beta=0.4),
         token_divergence(teacher, full, "jsd", jsd_beta=0.4),
     )
+
+
+def topk_form(teacher: torch.Tensor, k: int):
+    values, ids = teacher.log_softmax(-1).topk(k, -1)
+    return values, ids, (1 - values.exp().sum(-1)).clamp_min(0)
+
+
+@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd"])
+def test_topk_divergences_are_exact_with_the_whole_vocabulary_and_lower_bounds_below_it(kind):
+    """The top-K cache's other divergences: the divergence of the coarsened pair (top-K cells + one bucket)."""
+    teacher, student = logits(20, 40, 21), logits(20, 40, 22).requires_grad_()
+    exact = token_divergence(teacher, student, kind, jsd_beta=0.3)
+    whole = topk_divergence(*topk_form(teacher, 40), student, kind, jsd_beta=0.3)
+    torch.testing.assert_close(whole, exact, atol=1e-5, rtol=1e-4)
+    coarse = topk_divergence(*topk_form(teacher, 6), student, kind, jsd_beta=0.3, chunk_size=7)
+    assert (coarse <= exact + 1e-5).all() and (coarse < exact - 1e-3).any()
+    coarse.sum().backward()
+    assert torch.isfinite(student.grad).all() and student.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd"])
+def test_topk_divergences_of_a_reduced_draft_match_its_support_divergence(kind):
+    """A reduced draft (12 of 30 ids) against the whole vocabulary as top-K: the support convention exactly
+    (the teacher's mass off the support is the bucket, where the draft has none); top-K ids outside the
+    support give finite values and gradients."""
+    teacher, student = logits(9, 30, 23), logits(9, 12, 24).requires_grad_()
+    support = torch.arange(0, 30, 30 // 12)[:12]
+    target_to_draft = torch.full((30,), -1).index_copy_(0, support, torch.arange(12))
+    expected = support_token_divergence(teacher, student, support, kind, jsd_beta=0.6)
+    got = topk_divergence(*topk_form(teacher, 30), student, kind, target_to_draft=target_to_draft, jsd_beta=0.6)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    partial = topk_divergence(*topk_form(teacher, 5), student, kind, target_to_draft=target_to_draft, jsd_beta=0.6)
+    partial.sum().backward()
+    assert torch.isfinite(partial).all() and torch.isfinite(student.grad).all()
+
+
+def test_topk_forward_kl_and_jsd_at_beta_zero_are_todays_topk_kl_exactly():
+    from adaspec.distill.teacher_cache import topk_forward_kl
+
+    teacher, student = logits(15, 40, 25), logits(15, 40, 26)
+    form = topk_form(teacher, 8)
+    today = topk_forward_kl(*form, student)
+    assert torch.equal(topk_divergence(*form, student, "forward_kl"), today)
+    assert torch.equal(topk_divergence(*form, student, "jsd", jsd_beta=0.0), today)

@@ -161,3 +161,27 @@ def test_the_official_budget_match_counts_the_finished_answers_only(setup):
         assert len(data.train_set) == N_TRAIN - 1
     finally:
         path.write_text(original)
+
+
+def test_a_draft_on_other_data_distils_against_the_shared_reference_and_is_evaluated_beside_the_others(setup):
+    """distill.ref_data: a draft trained on the dataset's answers reads the reference trained on the target's
+    (one reference for every data arm); the evaluation finds it through eval.tag_data; ref_data unset
+    leaves a draft's fingerprint as it was, and a reference cannot claim data it did not train on."""
+    from adaspec.evaluation.run import check_artefacts
+
+    ref = setup("stage=ref", "distill.data=target")
+    build_cache(ref)
+    run_stage(ref)
+    draft = setup("stage=draft", "k=0.4", "distill.data=dataset", "distill.ref_data=target", "stage.tag=dataset")
+    build_cache(draft)
+    final = run_stage(draft)
+    assert final.parent.name == "draft-k0.4-dataset"
+    assert read_meta(final)["upstream"]["ref"] == read_meta(paths.final(paths.ref_dir(ref)))["weights"]
+    plain = setup("stage=draft", "k=0.4")
+    assert fingerprint(draft, "draft") != fingerprint(setup("stage=draft", "k=0.4", "stage.tag=dataset"), "draft")
+    assert fingerprint(plain, "draft") == fingerprint(setup("stage=draft", "k=0.4", "distill.ref_data=dataset"), "draft")
+    evaluation = setup("distill.data=target", "eval.draft_ks=[0.4]", "eval.draft_tags=[dataset]",
+                       "+eval.tag_data.dataset=dataset")
+    assert check_artefacts(evaluation)[1] == [(0.4, "dataset", final)]
+    with pytest.raises(UserError, match="distill.ref_data"):
+        setup("stage=ref", "distill.ref_data=target")

@@ -89,3 +89,14 @@ def test_stages_train_from_the_cache_and_refuse_a_foreign_one(trained):
                           "task.max_length=100", "overwrite=true"))
     with pytest.raises(UserError, match="make cache"):
         run_stage(trained("stage=ref", "distill.teacher=cache", "overwrite=true"))
+
+
+def test_a_jsd_draft_trains_from_the_topk_cache_against_a_jsd_reference(trained):
+    """divergence=jsd from the top-K cache: the reference and the draft both minimise it, dL is taken in it."""
+    jsd = ("distill.teacher=cache", "distill.cache_mode=topk", "distill.cache_topk=16", "distill.divergence=jsd",
+           "stage.monitor_every_n_steps=0")
+    build_cache(trained(*jsd))
+    run_stage(trained("stage=ref", *jsd, "overwrite=true"))
+    final = run_stage(trained("stage=draft", *jsd))
+    metrics = json.loads((final / "metrics.json").read_text())
+    assert metrics["steps"] == 4 and np.isfinite(metrics["val/kl"]) and metrics["val/kl"] > 0

@@ -95,6 +95,9 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
             plain["stage"].pop(key)
     if "distill" in plain and stage == "draft":
         plain["distill"] = _without_unread_data_keys(plain["distill"])
+        # added later: unset (or naming the draft's own data) it leaves earlier drafts their fingerprint
+        if plain["distill"].get("ref_data") in (None, plain["distill"].get("data", "dataset")):
+            plain["distill"].pop("ref_data", None)
     for key, default in DRAFT_BUILD_KEYS.items():
         if stage in ("target", "pretrain_target") or plain["model"].get(key) == default:
             plain["model"].pop(key, None)

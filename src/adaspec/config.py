@@ -305,6 +305,9 @@ class DistillConfig:
     answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
     answer_batch_size: int = 16  # data=target: prompts per generation batch
     on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
+    # stage 3: the data the reference it distils against was trained on (its folder); null: `data`. Lets
+    # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
+    ref_data: DistillData | None = None
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 
@@ -371,6 +374,9 @@ class EvalConfig:
     draft_tags: list[str] = field(default_factory=lambda: [""])
     # tag -> its own ks instead of draft_ks, e.g. {matched: [0.33, 1.0]} (a tag whose arm trained fewer ks)
     tag_ks: dict[str, list[float]] = field(default_factory=dict)
+    # tag -> the distill.data its drafts were trained with, where not this run's (it names their folder), e.g.
+    # {dataset: dataset} beside drafts on the target's answers
+    tag_data: dict[str, DistillData] = field(default_factory=dict)
     name: str = ""  # suffix of the results folder, e.g. eval/greedy-g5-ksweep, to keep evaluations apart
     compare_hf_assisted: bool = True
     # Acceptance against gamma (fixed gamma). Greedy decoding replays the target's output against the
@@ -527,16 +533,6 @@ def _validate_distill(distill: DictConfig) -> None:
                 "answer_max_new_tokens", "answer_batch_size"):
         _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
     _check(
-        not (
-            distill.teacher == TeacherSource.cache
-            and distill.cache_mode == CacheMode.topk
-            and distill.divergence != Divergence.forward_kl
-        ),
-        "distill.divergence",
-        distill.divergence,
-        "the topk teacher cache supports only forward_kl; use distill.cache_mode=exact",
-    )
-    _check(
         not (distill.cache_ref_kl and distill.teacher != TeacherSource.cache),
         "distill.cache_ref_kl",
         distill.cache_ref_kl,
@@ -685,6 +681,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_k_and_gamma(cfg)
     _validate_stage(cfg.stage)
     _validate_distill(cfg.distill)
+    _check(
+        cfg.stage.name != "ref" or cfg.distill.ref_data in (None, cfg.distill.data),
+        "distill.ref_data", cfg.distill.ref_data,
+        f"names the reference stage 3 reads; the reference itself trains on distill.data={cfg.distill.data}: "
+        f"drop distill.ref_data, or train it with distill.data={cfg.distill.ref_data}",
+    )
     _validate_pretrain(cfg)
     _validate_model(cfg.model)
     _validate_draft_build(cfg)

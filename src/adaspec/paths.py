@@ -34,10 +34,22 @@ def format_k(k: float) -> str:
     return f"{float(k):g}"
 
 
-def _data_suffix(cfg: DictConfig) -> str:
-    """Drafts trained on the target's own answers (distill.data=target) live beside the dataset-trained ones."""
+def _data_suffix(cfg: DictConfig, data: str | None = None) -> str:
+    """Drafts trained on the target's own answers (distill.data=target, or `data`) live beside the
+    dataset-trained ones."""
     distill = cfg.get("distill")
-    return "-target-answers" if distill is not None and distill.get("data") == "target" else ""
+    if data is None:
+        data = distill.get("data") if distill is not None else None
+    return "-target-answers" if data == "target" else ""
+
+
+def reference_data(cfg: DictConfig) -> str | None:
+    """What the reference was trained on: distill.ref_data when set (drafts on other data sharing one
+    reference), else distill.data."""
+    distill = cfg.get("distill")
+    if distill is None:
+        return None
+    return distill.get("ref_data") or distill.get("data")
 
 
 def target_dir(cfg: DictConfig) -> Path:
@@ -51,13 +63,14 @@ def draft_init_dir(cfg: DictConfig) -> Path:
 
 def ref_dir(cfg: DictConfig) -> Path:
     tag = cfg.stage.tag if cfg.stage.name == "ref" else ""
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}{_data_suffix(cfg)}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}{_data_suffix(cfg, reference_data(cfg))}"
 
 
-def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None) -> Path:
+def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
+    """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
     k = cfg.k if k is None else k
     tag = (cfg.stage.tag if cfg.stage.name == "draft" else "") if tag is None else tag
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}{_data_suffix(cfg)}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}{_data_suffix(cfg, data)}"
 
 
 def pretrain_target_dir(cfg: DictConfig) -> Path:

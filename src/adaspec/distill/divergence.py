@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from adaspec.config import Divergence
+from adaspec.distill.teacher_cache import topk_forward_kl
 
 TINY_LOG_PROB = math.log(torch.finfo(torch.float32).tiny)
 
@@ -207,4 +208,65 @@ def support_topk_forward_kl(
     target_to_draft = target_to_draft.to(top_ids.device)
     return _in_chunks(
         _support_topk_chunk, (top_logp, top_ids, rest), (target_to_draft,), student_logits, chunk_size
+    )
+
+
+# ---------------------------------------------------------------- other divergences from the top-K cache
+#
+# The top-K cache keeps the teacher's K largest log-probabilities and its remaining mass. The forward KL
+# above has its own (historical) bucket convention. The reverse KL, the TVD and the JSD are taken on the
+# same partition of the vocabulary for teacher and student alike: one cell per top-K token the student can
+# propose, and one bucket for everything else (the teacher's remaining mass plus its mass on top-K tokens
+# outside a reduced draft's support; the student's mass off those cells). That is the exact divergence of
+# the two coarsened distributions, a lower bound of the full one (coarsening never increases an
+# f-divergence), and equal to it when the teacher's mass outside the top K is zero and the student's too.
+
+
+def _topk_bucket_chunk(
+    top_logp: torch.Tensor,
+    top_ids: torch.Tensor,
+    rest: torch.Tensor,
+    student_logits: torch.Tensor,
+    target_to_draft: torch.Tensor | None,
+    kind: str,
+    jsd_beta: float,
+) -> torch.Tensor:
+    draft_ids = top_ids if target_to_draft is None else target_to_draft[top_ids]  # -1: not proposable
+    reachable = draft_ids >= 0
+    log_q_all = F.log_softmax(student_logits.float(), dim=-1)
+    # a cell the student cannot fill has p = q = 0 there (log -inf, constant: no gradient through it)
+    log_q_top = torch.where(reachable, log_q_all.gather(-1, draft_ids.clamp_min(0)), -torch.inf)
+    log_p_top = torch.where(reachable, top_logp, -torch.inf)
+    p_bucket = (rest + torch.where(reachable, 0.0, top_logp.exp()).sum(-1)).clamp(1e-12, 1.0)
+    q_bucket = (1 - log_q_top.exp().sum(-1)).clamp_min(1e-12)
+    log_p = torch.cat([log_p_top, p_bucket.log().unsqueeze(-1)], dim=-1)
+    log_q = torch.cat([log_q_top, q_bucket.log().unsqueeze(-1)], dim=-1)
+    return _from_log_probs(log_p, log_q, kind, jsd_beta)
+
+
+def topk_divergence(
+    top_logp: torch.Tensor,
+    top_ids: torch.Tensor,
+    rest: torch.Tensor,
+    student_logits: torch.Tensor,
+    kind: str | Divergence,
+    *,
+    target_to_draft: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+    jsd_beta: float = 0.5,
+) -> torch.Tensor:
+    """Per-token divergence [T] of the student's logits from the teacher's top-K form (log-probabilities
+    ``top_logp [T, K]`` of target ids ``top_ids [T, K]``, remaining mass ``rest [T]``). The forward KL (jsd
+    at beta 0 included) is `teacher_cache.topk_forward_kl` or `support_topk_forward_kl` exactly; the other
+    divergences are taken on the coarsened distributions described above. `target_to_draft [V]` (a reduced
+    draft's id map, -1 outside its support) or None when the student's logits are over the target's ids."""
+    kind = _kind(kind, jsd_beta)
+    if kind == Divergence.forward_kl.value:
+        if target_to_draft is None:
+            return topk_forward_kl(top_logp, top_ids, rest, student_logits, chunk_size)
+        return support_topk_forward_kl(top_logp, top_ids, rest, student_logits, target_to_draft, chunk_size)
+    if target_to_draft is not None:
+        target_to_draft = target_to_draft.to(top_ids.device)
+    return _in_chunks(
+        _topk_bucket_chunk, (top_logp, top_ids, rest), (target_to_draft, kind, jsd_beta), student_logits, chunk_size
     )

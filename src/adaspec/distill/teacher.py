@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from adaspec.distill.divergence import token_divergence
-from adaspec.distill.teacher_cache import TeacherCache, topk_forward_kl
+from adaspec.distill.divergence import token_divergence, topk_divergence
+from adaspec.distill.teacher_cache import TeacherCache
 from adaspec.distill.tokens import answer_logits
 
 
@@ -57,4 +57,6 @@ class CachedTeacher:
     def divergence(self, signal: CachedSignal, student_logits: torch.Tensor) -> torch.Tensor:
         if self.cache.spec.mode == "exact":  # log-probabilities are valid logits: log_softmax keeps them
             return token_divergence(signal.payload, student_logits, self.kind, self.chunk_size, self.jsd_beta)
-        return topk_forward_kl(*signal.payload, student_logits, self.chunk_size)
+        return topk_divergence(
+            *signal.payload, student_logits, self.kind, chunk_size=self.chunk_size, jsd_beta=self.jsd_beta
+        )

@@ -12,7 +12,8 @@ through `batch["index"]`. Two forms:
   mass outside them, float32 [rows]. Forward KL is then computed against the truncated distribution
   with the remaining mass as one explicit bucket (see `topk_forward_kl`); it is a lower bound of
   the exact KL (merging outcomes never increases a KL divergence, by the data-processing
-  inequality), exact when the remaining mass is zero.
+  inequality), exact when the remaining mass is zero. The reverse KL, TVD and JSD are taken on the
+  same coarsened distributions (`adaspec.distill.divergence.topk_divergence`).
 """
 
 from __future__ import annotations

@@ -19,15 +19,17 @@ from adaspec.toolkit import jsonable
 
 IDENTITY = "identity"
 SHOWN_DIFFERENCES = 3
+EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}}  # with their defaults
 
 
 def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, str] | None) -> dict[str, Any]:
     """From the resolved config as a plain dict (results.json's `config`); `weights`: {row: hash}, None
     when unknown (results written before identities were recorded). JSON-normalised, with a fingerprint."""
     identity = {
-        # the name is the folder's; timed_prompts unset is left out, so earlier results keep their identity
+        # the name is the folder's; keys added later are left out at their defaults, so earlier results
+        # keep their identity
         "eval": {key: v for key, v in config["eval"].items()
-                 if key != "name" and not (key == "timed_prompts" and v is None)},
+                 if key != "name" and not (key in EVAL_KEYS_ADDED and v == EVAL_KEYS_ADDED[key])},
         "decode": config["decode"],
         "task": {key: v for key, v in config["task"].items() if key != "default_k"},  # acts through k
         "seed": config["seed"],

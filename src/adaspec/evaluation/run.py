@@ -101,7 +101,7 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
     drafts: list[tuple[float, str, Path]] = []
     for tag in cfg.eval.draft_tags:
         for k in cfg.eval.tag_ks.get(tag, cfg.eval.draft_ks):
-            folder = paths.draft_dir(cfg, k, tag)
+            folder = paths.draft_dir(cfg, k, tag, cfg.eval.tag_data.get(tag))
             args = f" k={paths.format_k(k)}" + (f" stage.tag={tag}" if tag else "")
             meta = require_artefact(folder, "draft", "evaluate", cfg, args)
             if meta["upstream"].get("target") != target_meta["weights"]:

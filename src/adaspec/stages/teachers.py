@@ -13,7 +13,7 @@ from adaspec import paths
 from adaspec.artefact_rules import cache_identity
 from adaspec.artefacts import read_meta
 from adaspec.data.datamodule import TaskDataModule
-from adaspec.distill.divergence import support_token_divergence, support_topk_forward_kl
+from adaspec.distill.divergence import support_token_divergence, topk_divergence
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
@@ -54,8 +54,9 @@ class SupportTeacher:
                 return support_token_divergence(
                     signal.payload, student_logits, d2t, self.kind, self.chunk_size, **beta
                 )
-            return support_topk_forward_kl(
-                *signal.payload, student_logits, self.vocab.target_to_draft, self.chunk_size
+            return topk_divergence(
+                *signal.payload, student_logits, self.kind, target_to_draft=self.vocab.target_to_draft,
+                chunk_size=self.chunk_size, **beta,
             )
         return support_token_divergence(signal, student_logits, d2t, self.kind, self.chunk_size, **beta)
 
