@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -40,6 +41,7 @@ def test_evaluation_end_to_end(trained, capsys):
         assert row["target_calls"] == row["blocks"] and row["new_tokens"] == target["new_tokens"]
         assert row["draft_calls"] > 0 and row["tokens_per_s"] > 0
         assert row["speedup_vs_target"] > 0
+        assert row["train_seconds"] == json.loads((Path(row["path"]) / "metrics.json").read_text())["train_seconds"] > 0
         assert row["greedy_mismatches"] == 0  # float32 speculative greedy == target-only greedy
         assert row["gsm8k/exact_match"] == target["gsm8k/exact_match"]
         if name.endswith("int8"):

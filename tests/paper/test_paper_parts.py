@@ -148,7 +148,7 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe(name):
 def test_an_extra_arm_without_its_own_distillspec_is_paired_with_arm_a():
     from adaspec.paper.aggregate import comparisons
 
-    pairs = {name: (ada, ds) for name, ada, ds in comparisons(TASKS["smollm2_mbpp"])}
+    pairs = {c.name: (c.first, c.second) for c in comparisons(TASKS["smollm2_mbpp"])}
     assert pairs["ablation: domain strategies, k=0.33"] == ("k0.33-domain", "k1")
     assert pairs["(d) optimal epoch, k=0.4"] == ("k0.4-optimal", "k1-optimal")
 
@@ -165,7 +165,8 @@ def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the
         sampled = "eval.name=t1" in step.overrides
         rows = {
             name: {"label": name, "alpha": 0.3 + 0.01 * seed + 0.1 * sampled + 0.02 * (name.startswith("k0.4")),
-                   "accept_rate": 0.2, "tau": 1.4, "speedup_vs_target": 0.7, "gsm8k/exact_match": 0.3}
+                   "accept_rate": 0.2, "tau": 1.4, "speedup_vs_target": 0.7, "gsm8k/exact_match": 0.3,
+                   "train_seconds": 90.0 + 10 * seed}
             for name in ("k0.4", "k1", "k0.4-matched", "k1-matched")
         }
         folder = results_dir(compose_step(step, extra))
@@ -181,3 +182,35 @@ def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the
     equal_budget = summary["smollm2_gsm8k t=1"]["comparisons"][0]
     assert equal_budget["difference"]["alpha"]["values"] == pytest.approx([0.02, 0.02])
     assert (tmp_path / "results" / "smollm2_gsm8k" / "seed1" / "t1.json").is_file()
+    assert summary["smollm2_gsm8k"]["drafts"]["k1"]["train_seconds"]["mean"] == pytest.approx(95.0)
+
+
+def test_the_beyond_the_paper_plan_shares_the_paper_runs_reference_and_evaluates_every_arm_it_trains():
+    """make paper ARGS="--tasks smollm2_gsm8k_beyond" (issue 15): every arm distils against the paper run's
+    reference, arm (a) is the paper run's own drafts, the evaluation finds each draft where its step wrote it,
+    and each arm is compared with arm (a) at the same k."""
+    from adaspec import paths
+    from adaspec.paper.aggregate import comparisons
+    from adaspec.paper.runner import compose_step
+
+    task = TASKS["smollm2_gsm8k_beyond"]
+    steps = paper_plan([task], [0])
+    configs = [compose_step(step, []) for step in steps]
+    paper = [compose_step(step, []) for step in paper_plan([TASKS["smollm2_gsm8k"]], [0])]
+    paper_ref = next(c for c in paper if c.stage.name == "ref")
+    trained = {paths.draft_dir(c) for c in configs if c.stage.name == "draft"}
+    for cfg in (c for c in configs if c.stage.name == "draft"):
+        assert paths.ref_dir(cfg) == paths.ref_dir(paper_ref) and cfg.stage.batch_size == 16
+        if cfg.distill.data != "target":  # 60 optimiser steps, as arm (a) on the 314 finished target answers
+            assert cfg.stage.max_steps == 60 and cfg.distill.ref_data == "target"
+    paper_drafts = {paths.draft_dir(c) for c in paper if c.stage.name == "draft" and c.stage.tag == ""}
+    assert paper_drafts < trained
+    caches = {paths.teacher_cache_dir(c) for s, c in zip(steps, configs, strict=True) if s.kind == "cache"}
+    assert {p.name for p in caches} == {"target-answers-topk64", "topk64"}
+    evaluation = next(c for s, c in zip(steps, configs, strict=True) if s.kind == "eval")
+    ev = evaluation.eval
+    found = {paths.draft_dir(evaluation, k, tag, ev.tag_data.get(tag)) for tag in ev.draft_tags
+             for k in ev.tag_ks.get(tag, ev.draft_ks)}
+    assert found == trained
+    versus = [c for c in comparisons(task) if c.second_label == "arm (a)"]
+    assert ("k0.4-onpolicy", "k0.4") in {(c.first, c.second) for c in versus} and len(versus) == 7

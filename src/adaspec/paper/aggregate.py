@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from adaspec.paper.plan import TaskPlan
 from adaspec.paper.stats import describe, paired_difference
@@ -16,22 +16,37 @@ from adaspec.toolkit import markdown_table, write_json_atomically, write_text_at
 METRICS = ("alpha", "accept_rate", "tau", "speedup_vs_target")
 
 
-def comparisons(task: TaskPlan) -> list[tuple[str, str, str]]:
-    """(name, AdaSPEC row, DistillSpec row) of each paired comparison reported for the task."""
+class Comparison(NamedTuple):
+    name: str
+    first: str  # the row whose values come first in the paired difference
+    second: str
+    first_label: str = "AdaSPEC"
+    second_label: str = "DistillSpec"
+
+
+def comparisons(task: TaskPlan) -> list[Comparison]:
+    """Each paired comparison reported for the task: AdaSPEC - DistillSpec within every arm, and with
+    `task.versus_arm_a` every extra arm - arm (a) at the same k."""
     out = []
     for k in (k for k in task.draft_ks if k != 1.0):
-        out.append((f"(a) equal budget, k={k:g}", f"k{k:g}", "k1"))
-        out.append((f"(b) vs (c) same forward passes, k={k:g}", f"k{k:g}-matched", "k1-matched"))
+        out.append(Comparison(f"(a) equal budget, k={k:g}", f"k{k:g}", "k1"))
+        out.append(Comparison(f"(b) vs (c) same forward passes, k={k:g}", f"k{k:g}-matched", "k1-matched"))
     ada = f"k{task.draft_ks[0]:g}"
     out.append(
-        (f"(b) vs (a) DistillSpec: the official budgets, k={task.draft_ks[0]:g}", f"{ada}-matched", "k1")
+        Comparison(f"(b) vs (a) DistillSpec: the official budgets, k={task.draft_ks[0]:g}", f"{ada}-matched", "k1")
     )
     names = {"_optimal": "(d) optimal epoch", "_domain": "ablation: domain strategies"}
     for suffix, ks in task.extra_arms:
         tag = suffix.lstrip("_")
         distillspec = f"k1-{tag}" if 1.0 in ks else "k1"  # an arm without its own k=1 pairs with arm (a)'s
         for k in (k for k in ks if k != 1.0):
-            out.append((f"{names.get(suffix, tag)}, k={k:g}", f"k{k:g}-{tag}", distillspec))
+            out.append(Comparison(f"{names.get(suffix, tag)}, k={k:g}", f"k{k:g}-{tag}", distillspec))
+    if task.versus_arm_a:
+        for suffix, ks in task.extra_arms:
+            tag = suffix.lstrip("_")
+            out += [
+                Comparison(f"{tag} vs arm (a), k={k:g}", f"k{k:g}-{tag}", f"k{k:g}", tag, "arm (a)") for k in ks
+            ]
     return out
 
 
@@ -39,13 +54,13 @@ def _fmt(d: dict[str, Any]) -> str:
     return f"{d['mean']:.3f} ± {d['std']:.3f}"
 
 
-def _verdict(ci: list[float] | None) -> str:
+def _verdict(ci: list[float] | None, first: str = "AdaSPEC", second: str = "DistillSpec") -> str:
     if ci is None:
         return "one seed: no interval"
     if ci[0] > 0:
-        return "AdaSPEC higher"
+        return f"{first} higher"
     if ci[1] < 0:
-        return "DistillSpec higher"
+        return f"{second} higher"
     return "no resolved difference"
 
 
@@ -60,6 +75,10 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
         }
         for row in rows
     }
+    for row in rows:  # what each draft cost to train, where every seed's evaluation recorded it
+        seconds = [per_seed[s]["drafts"][row].get("train_seconds") for s in seeds]
+        if None not in seconds:
+            drafts[row]["train_seconds"] = describe(seconds)
     metric = first["metric"]
     summary: dict[str, Any] = {
         "seeds": seeds,
@@ -74,25 +93,32 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
         "drafts": drafts,
         "comparisons": [],
     }
-    for name, ada, ds in comparisons(task):
-        if ada not in drafts or ds not in drafts:
+    for c in comparisons(task):
+        if c.first not in drafts or c.second not in drafts:
             continue
         diffs = {
             m: paired_difference(
-                [per_seed[s]["drafts"][ada][m] for s in seeds], [per_seed[s]["drafts"][ds][m] for s in seeds]
+                [per_seed[s]["drafts"][c.first][m] for s in seeds], [per_seed[s]["drafts"][c.second][m] for s in seeds]
             )
             for m in METRICS
         }
-        summary["comparisons"].append({"name": name, "adaspec": ada, "distillspec": ds, "difference": diffs})
+        summary["comparisons"].append({
+            "name": c.name, "first": c.first, "second": c.second, "first_label": c.first_label,
+            "second_label": c.second_label, "difference": diffs,
+        })
     return summary
 
 
 def markdown(summary: dict[str, dict[str, Any]]) -> str:
-    header = ["task", "draft", "alpha", "accept_rate", "tau", "speed-up vs target", "target score"]
+    header = ["task", "draft", "alpha", "accept_rate", "tau", "speed-up vs target", "target score", "training s"]
     rows = []
     for task, s in summary.items():
         score = f"{s['score_metric']} {_fmt(s['target'][s['score_metric']])}"
-        rows += [[task, d["label"], *(_fmt(d[m]) for m in METRICS), score] for d in s["drafts"].values()]
+        rows += [
+            [task, d["label"], *(_fmt(d[m]) for m in METRICS), score,
+             f"{d['train_seconds']['mean']:.0f}" if "train_seconds" in d else "-"]
+            for d in s["drafts"].values()
+        ]
     comparison_rows = []
     for task, s in summary.items():
         for c in s["comparisons"]:
@@ -101,12 +127,13 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
                 d = c["difference"][m]
                 ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
                 cells.append(f"{d['mean']:+.3f} ± {d['std']:.3f}{ci}")
-            comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"])])
+            labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
+            comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}
     lines = [
         markdown_table(header, rows),
         "",
-        "AdaSPEC − DistillSpec, paired by seed (mean ± std, [95 % interval]):",
+        "Paired by seed, first − second (AdaSPEC − DistillSpec unless named; mean ± std, [95 % interval]):",
         "",
         markdown_table(
             ["task", "comparison", "alpha", "accept_rate", "tau", "speed-up", "verdict on accept_rate"],

@@ -46,6 +46,9 @@ class TaskPlan:
     extra_arms: tuple[tuple[str, tuple[float, ...]], ...] = ()
     sweeps: bool = True  # the k and gamma sweeps on the first seed
     sampled_eval: bool = False  # also evaluate arms (a)-(c) at temperature 1 (eval.name=t1)
+    # file suffixes of extra arms that read another teacher cache (other answers), built after the task's own
+    extra_caches: tuple[str, ...] = ()
+    versus_arm_a: bool = False  # also compare every extra arm with arm (a) at the same k (issue 15's arms)
 
 
 def _k(k: float) -> str:
@@ -59,6 +62,7 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
         steps.append(Step("pretrain", (base, "stage=pretrain_target")))
     target = f"paper={task.target_config or task.name}"
     steps += [Step("train", (target, "stage=target")), Step("cache", (base,))]
+    steps += [Step("cache", (f"paper={task.name}{suffix}",)) for suffix in task.extra_caches]
     for seed in seeds:
         s = f"seed={seed}"
         if task.pretrain:
@@ -95,6 +99,7 @@ def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> 
 
 
 REAL_ARMS = (("_optimal", (0.4, 1.0)), ("_domain", (0.4, 1.0)))
+BEYOND_ARMS = (("_dataset", (0.4, 1.0)), ("_onpolicy", (0.4, 1.0)), ("_jsd", (0.4, 1.0)), ("_kschedule", (0.4,)))
 TASKS = {
     "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0)),
     "mbpp": TaskPlan(
@@ -109,6 +114,11 @@ TASKS = {
     "smollm2_mbpp": TaskPlan(
         "smollm2_mbpp", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_mbpp_target",
         extra_arms=(("_optimal", (0.4, 1.0)), ("_domain", (0.33,))), sweeps=False, sampled_eval=True,
+    ),
+    # issue 15 on the paper run's target, answers, cache, reference and arm (a): data, divergence, k schedule
+    "smollm2_gsm8k_beyond": TaskPlan(
+        "smollm2_gsm8k_beyond", draft_ks=(0.4, 1.0), matched_ks=(), target_config="smollm2_gsm8k_target",
+        extra_arms=BEYOND_ARMS, extra_caches=("_dataset",), sweeps=False, versus_arm_a=True,
     ),
 }
 DEFAULT_TASKS = ("gsm8k", "mbpp")
