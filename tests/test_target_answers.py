@@ -185,3 +185,30 @@ def test_a_draft_on_other_data_distils_against_the_shared_reference_and_is_evalu
     assert check_artefacts(evaluation)[1] == [(0.4, "dataset", final)]
     with pytest.raises(UserError, match="distill.ref_data"):
         setup("stage=ref", "distill.ref_data=target")
+
+
+def test_on_policy_steps_can_mix_with_the_targets_answers(setup):
+    """distill.data=mixed distill.mixed_with=target: the fixed steps train on the target's finished answers
+    (and their cache), the others on the draft's own samples; mixed_with counts only where it acts."""
+    mixed = ("distill.data=mixed", "distill.mixed_with=target", "distill.ref_data=target", "stage.tag=mix")
+    ref = setup("stage=ref", "distill.data=target")
+    build_cache(ref)
+    run_stage(ref)
+    draft = setup("stage=draft", "k=0.4", *mixed)
+    assert paths.teacher_cache_dir(draft) == paths.teacher_cache_dir(ref)
+    data, _, _ = build_data(draft, None)
+    saved = read_answers(paths.target_answers_dir(draft))
+    finished = [saved[i]["answer"] for i in range(N_TRAIN) if saved[i]["stopped"]]
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(draft))))
+    trained_on = [tokenizer.decode([t for t in e.labels if t >= 0], skip_special_tokens=True)
+                  for e in data.train_set]
+    assert [a.strip() for a in trained_on] == [a.strip() for a in finished]
+    final = run_stage(draft)
+    assert json.loads((final / "metrics.json").read_text())["steps"] == 4
+    with_dataset = setup("stage=draft", "k=0.4", "distill.data=mixed", "distill.ref_data=target", "stage.tag=mix")
+    assert fingerprint(draft, "draft") != fingerprint(with_dataset, "draft")
+    assert fingerprint(setup("stage=draft", "distill.mixed_with=target"), "draft") == fingerprint(
+        setup("stage=draft"), "draft"
+    )
+    with pytest.raises(UserError, match="distill.mixed_with"):
+        setup("distill.data=mixed", "distill.mixed_with=draft")

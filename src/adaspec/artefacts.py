@@ -32,7 +32,10 @@ DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
 # keys added after artefacts existed, left out of the fingerprint where they cannot change the weights (at
 # their defaults, or unread by the data source in use), so that earlier artefacts keep theirs
 STAGE_KEYS_AT_DEFAULT = {"early_stop_patience": 0}
-DATA_KEYS = {"data": "dataset", "answer_max_new_tokens": None, "answer_batch_size": None, "on_policy_fraction": None}
+DATA_KEYS = {
+    "data": "dataset", "answer_max_new_tokens": None, "answer_batch_size": None, "on_policy_fraction": None,
+    "mixed_with": None,
+}
 
 
 def _without_unread_data_keys(distill: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +45,8 @@ def _without_unread_data_keys(distill: dict[str, Any]) -> dict[str, Any]:
     drop = set(DATA_KEYS) if data == "dataset" else {"answer_batch_size"}
     if data != "mixed":
         drop.add("on_policy_fraction")
+    if data != "mixed" or distill.get("mixed_with", "dataset") == "dataset":  # added later: at its default
+        drop.add("mixed_with")
     return {key: value for key, value in distill.items() if key not in drop}
 
 
@@ -61,6 +66,8 @@ def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
         keys["answer_max_new_tokens"] = distill.answer_max_new_tokens
         if distill.data == "mixed":
             keys["on_policy_fraction"] = distill.on_policy_fraction
+            if distill.get("mixed_with", "dataset") != "dataset":
+                keys["mixed_with"] = str(distill.mixed_with)
     return keys
 
 

@@ -44,7 +44,7 @@ def build_cache(cfg: DictConfig) -> Path:
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     splits, target = load_task(cfg.task), None
-    if cfg.distill.data == "target":  # the cache covers the target's answers: generate them first
+    if paths.fixed_answers(cfg.distill) == "target":  # the cache covers the target's answers: generate them first
         target = freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg))
         ensure_target_answers(cfg, splits["train"], target, tokenizer)
     data = TaskDataModule(

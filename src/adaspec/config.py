@@ -305,6 +305,7 @@ class DistillConfig:
     answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
     answer_batch_size: int = 16  # data=target: prompts per generation batch
     on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
+    mixed_with: DistillData = DistillData.dataset  # data=mixed: the answers of the other steps (dataset|target)
     # stage 3: the data the reference it distils against was trained on (its folder); null: `data`. Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
     ref_data: DistillData | None = None
@@ -538,6 +539,8 @@ def _validate_distill(distill: DictConfig) -> None:
         distill.cache_ref_kl,
         "needs distill.teacher=cache",
     )
+    _check(distill.mixed_with in (DistillData.dataset, DistillData.target), "distill.mixed_with", distill.mixed_with,
+           "the answers of data=mixed's other steps: dataset or target")
     _check(0.0 <= distill.on_policy_fraction <= 1.0, "distill.on_policy_fraction", distill.on_policy_fraction,
            "must be in [0, 1]")
     _check(

@@ -43,6 +43,17 @@ def _data_suffix(cfg: DictConfig, data: str | None = None) -> str:
     return "-target-answers" if data == "target" else ""
 
 
+def fixed_answers(distill: DictConfig | None) -> str:
+    """Whose answers the batches that are not on-policy hold: "target" for distill.data=target and for
+    data=mixed with mixed_with=target, else "dataset" (what the teacher cache covers)."""
+    if distill is None:
+        return "dataset"
+    data = distill.get("data", "dataset")
+    if data == "mixed":
+        return distill.get("mixed_with") or "dataset"
+    return "target" if data == "target" else "dataset"
+
+
 def reference_data(cfg: DictConfig) -> str | None:
     """What the reference was trained on: distill.ref_data when set (drafts on other data sharing one
     reference), else distill.data."""
@@ -109,7 +120,7 @@ def teacher_cache_dir(cfg: DictConfig) -> Path:
     """The teacher cache belongs to the target it was computed from."""
     d = cfg.distill
     name = "exact" if d.cache_mode == "exact" else f"topk{d.cache_topk}"
-    if d.get("data", "dataset") == "target":  # the target's own answers: other tokens, another cache
+    if fixed_answers(d) == "target":  # the target's own answers: other tokens, another cache
         name = f"target-answers-{name}"
     return target_dir(cfg) / "teacher_cache" / name
 

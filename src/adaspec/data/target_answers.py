@@ -168,6 +168,5 @@ def with_target_answers(cfg: DictConfig, splits: dict[str, list[Example]]) -> di
 
 def training_splits(cfg: DictConfig, splits: dict[str, list[Example]]) -> dict[str, list[Example]]:
     """What stages 2-3 and the teacher cache train on: `splits`, with the target's answers when
-    distill.data=target."""
-    distill = cfg.get("distill")
-    return with_target_answers(cfg, splits) if distill is not None and distill.data == "target" else splits
+    distill.data=target (or mixed with them: distill.mixed_with=target)."""
+    return with_target_answers(cfg, splits) if paths.fixed_answers(cfg.get("distill")) == "target" else splits
