@@ -306,7 +306,8 @@ class DistillConfig:
     answer_batch_size: int = 16  # data=target: prompts per generation batch
     on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
     mixed_with: DistillData = DistillData.dataset  # data=mixed: the answers of the other steps (dataset|target)
-    # stage 3: the data the reference it distils against was trained on (its folder); null: `data`. Lets
+    # stage 3: the data the reference it distils against was trained on (its folder); null: `data` (stage 2
+    # itself always trains on `data`, into that data's folder). Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
     ref_data: DistillData | None = None
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
@@ -684,12 +685,6 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_k_and_gamma(cfg)
     _validate_stage(cfg.stage)
     _validate_distill(cfg.distill)
-    _check(
-        cfg.stage.name != "ref" or cfg.distill.ref_data in (None, cfg.distill.data),
-        "distill.ref_data", cfg.distill.ref_data,
-        f"names the reference stage 3 reads; the reference itself trains on distill.data={cfg.distill.data}: "
-        f"drop distill.ref_data, or train it with distill.data={cfg.distill.ref_data}",
-    )
     _validate_pretrain(cfg)
     _validate_model(cfg.model)
     _validate_draft_build(cfg)

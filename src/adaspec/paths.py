@@ -55,11 +55,13 @@ def fixed_answers(distill: DictConfig | None) -> str:
 
 
 def reference_data(cfg: DictConfig) -> str | None:
-    """What the reference was trained on: distill.ref_data when set (drafts on other data sharing one
-    reference), else distill.data."""
+    """What the reference was trained on: for stage 2 itself distill.data; for the stages that read it
+    distill.ref_data when set (drafts on other data sharing one reference), else distill.data."""
     distill = cfg.get("distill")
     if distill is None:
         return None
+    if cfg.stage.name == "ref":
+        return distill.get("data")
     return distill.get("ref_data") or distill.get("data")
 
 
