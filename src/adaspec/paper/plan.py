@@ -99,7 +99,10 @@ def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> 
 
 
 REAL_ARMS = (("_optimal", (0.4, 1.0)), ("_domain", (0.4, 1.0)))
-BEYOND_ARMS = (("_dataset", (0.4, 1.0)), ("_onpolicy", (0.4, 1.0)), ("_jsd", (0.4, 1.0)), ("_kschedule", (0.4,)))
+BEYOND_ARMS = (
+    ("_dataset", (0.4, 1.0)), ("_onpolicy", (0.4, 1.0)), ("_jsd", (0.4, 1.0)), ("_combined", (0.4, 1.0)),
+    ("_kschedule", (0.4,)),
+)
 TASKS = {
     "gsm8k": TaskPlan("gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0)),
     "mbpp": TaskPlan(
