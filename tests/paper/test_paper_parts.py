@@ -216,3 +216,14 @@ def test_the_beyond_the_paper_plan_shares_the_paper_runs_reference_and_evaluates
     assert found == trained
     versus = [c for c in comparisons(task) if c.second_label == "arm (a)"]
     assert ("k0.4-onpolicy", "k0.4") in {(c.first, c.second) for c in versus} and len(versus) == 9
+
+
+def test_one_seeds_summary_shows_values_without_a_spread():
+    from adaspec.paper.aggregate import markdown, summarise_task
+
+    rows = {name: {"label": name, "alpha": 0.3, "accept_rate": 0.2, "tau": 1.4, "speedup_vs_target": 0.7,
+                   "gsm8k/exact_match": 0.1} for name in ("k0.4", "k1")}
+    seed0 = {"metric": "gsm8k/exact_match", "n_prompts": 40, "setting": "greedy-g5",
+             "target": {"gsm8k/exact_match": 0.1, "parameters": 1}, "drafts": rows}
+    text = markdown({"smollm2_gsm8k": summarise_task(TASKS["smollm2_gsm8k"], {0: seed0})})
+    assert "± 0.000" not in text and "0.300" in text and "one seed: no interval" in text

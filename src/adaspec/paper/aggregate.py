@@ -51,7 +51,8 @@ def comparisons(task: TaskPlan) -> list[Comparison]:
 
 
 def _fmt(d: dict[str, Any]) -> str:
-    return f"{d['mean']:.3f} ± {d['std']:.3f}"
+    """mean ± std, or the value alone from one seed (a std of 0.000 there would claim a precision)."""
+    return f"{d['mean']:.3f}" if d.get("n") == 1 else f"{d['mean']:.3f} ± {d['std']:.3f}"
 
 
 def _verdict(ci: list[float] | None, first: str = "AdaSPEC", second: str = "DistillSpec") -> str:
@@ -126,7 +127,8 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
             for m in METRICS:
                 d = c["difference"][m]
                 ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
-                cells.append(f"{d['mean']:+.3f} ± {d['std']:.3f}{ci}")
+                spread = "" if d.get("n") == 1 else f" ± {d['std']:.3f}"
+                cells.append(f"{d['mean']:+.3f}{spread}{ci}")
             labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
             comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}
