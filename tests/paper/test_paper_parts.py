@@ -137,6 +137,9 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe(name):
         assert bool(domain_on(cfg.task.domain)) == (tag == "domain")
     target = next(c for c in configs if c.stage.name == "target")
     assert target.stage.max_steps == 0 and target.task.name == configs[-1].task.name
+    stage0 = [c for c in configs if c.stage.name == "pretrain_draft"]  # each seed's draft distils the target
+    assert sorted(c.seed for c in stage0) == [0, 1, 2] and all(c.pretrain.objective == "kd" for c in stage0)
+    assert all(c.pretrain.task_prompts <= c.task.n_train or c.task.name == "gsm8k" for c in stage0)
     main_eval = compose_step(next(s for s in steps if s.kind == "eval"), [])
     ev = main_eval.eval
     evaluated = {(tag, k) for tag in ev.draft_tags for k in ev.tag_ks.get(tag, ev.draft_ks)}
@@ -227,3 +230,15 @@ def test_one_seeds_summary_shows_values_without_a_spread():
              "target": {"gsm8k/exact_match": 0.1, "parameters": 1}, "drafts": rows}
     text = markdown({"smollm2_gsm8k": summarise_task(TASKS["smollm2_gsm8k"], {0: seed0})})
     assert "± 0.000" not in text and "0.300" in text and "one seed: no interval" in text
+
+
+def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
+    """make paper ARGS="--tasks smollm2_gsm8k pretrain=none": the comparison without stage 0."""
+    from adaspec.paper.runner import run_plan, without_stage0
+
+    steps = paper_plan([TASKS["smollm2_gsm8k"]], [0, 1])
+    kept = without_stage0(steps, ["pretrain=none"])
+    assert len(steps) - len(kept) == 2 and not any(s.kind == "pretrain" for s in kept)
+    assert without_stage0(steps, []) == steps
+    run_plan([s for s in steps if s.kind == "pretrain"], ["pretrain=none", f"paths.root={tmp_path}"])
+    assert "2 stage-0 steps skipped" in capsys.readouterr().out and not any(tmp_path.iterdir())

@@ -133,14 +133,14 @@ def main(argv: list[str] | None = None) -> None:
             )
         # imported after the arguments are parsed and checked, so errors answer at once
         from adaspec.paper.plan import TASKS, paper_plan
-        from adaspec.paper.runner import compose_step, run_plan
+        from adaspec.paper.runner import compose_step, run_plan, without_stage0
 
         tasks = [TASKS[name] for name in args.tasks]
         if args.dry_run:
             print(
                 "\n".join(
                     step.command() + "".join(f" {o}" for o in args.overrides)
-                    for step in paper_plan(tasks, args.seeds, args.sweeps)
+                    for step in without_stage0(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
                 )
             )
             return

@@ -39,7 +39,9 @@ class TaskPlan:
     name: str  # experiments/paper/<name>.yaml and <name>_matched.yaml
     draft_ks: tuple[float, ...]  # the arm-(a) drafts: the AdaSPEC k(s) and 1.0
     matched_ks: tuple[float, ...]  # the arm-(b/c) drafts
-    pretrain: bool = False  # stage 0 on the standard library's source (MBPP)
+    pretrain: bool = False  # stage 0 on the standard library's source (MBPP): the target and each draft
+    # stage 0 of a pretrained target (pretrain=distill in the task's config): each seed's draft distils it
+    draft_stage0: bool = False
     target_config: str = ""  # experiments/paper/<target_config>.yaml for stage 1; "": <name>.yaml
     # more arms, each (file suffix, its ks): experiments/paper/<name><suffix>.yaml trains those drafts
     # against the seed's reference, e.g. ("_optimal", (0.4, 1.0))
@@ -65,7 +67,7 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
     steps += [Step("cache", (f"paper={task.name}{suffix}",)) for suffix in task.extra_caches]
     for seed in seeds:
         s = f"seed={seed}"
-        if task.pretrain:
+        if task.pretrain or task.draft_stage0:
             steps.append(Step("pretrain", (base, "stage=pretrain_draft", s)))
         steps.append(Step("train", (base, "stage=ref", s)))
         steps += [Step("train", (base, "stage=draft", s, _k(k))) for k in task.draft_ks]
@@ -111,17 +113,18 @@ TASKS = {
     # the real target (issue 14): make models first; not in the default run (two CPU cores: hours per seed)
     "smollm2_gsm8k": TaskPlan(
         "smollm2_gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_gsm8k_target",
-        extra_arms=REAL_ARMS, sweeps=False, sampled_eval=True,
+        extra_arms=REAL_ARMS, sweeps=False, sampled_eval=True, draft_stage0=True,
     ),
     # the domain ablation on code is the note's k = 0.33 with whitespace kept; its DistillSpec is arm (a)'s
     "smollm2_mbpp": TaskPlan(
         "smollm2_mbpp", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_mbpp_target",
         extra_arms=(("_optimal", (0.4, 1.0)), ("_domain", (0.33,))), sweeps=False, sampled_eval=True,
+        draft_stage0=True,
     ),
     # issue 15 on the paper run's target, answers, cache, reference and arm (a): data, divergence, k schedule
     "smollm2_gsm8k_beyond": TaskPlan(
         "smollm2_gsm8k_beyond", draft_ks=(0.4, 1.0), matched_ks=(), target_config="smollm2_gsm8k_target",
-        extra_arms=BEYOND_ARMS, extra_caches=("_dataset",), sweeps=False, versus_arm_a=True,
+        extra_arms=BEYOND_ARMS, extra_caches=("_dataset",), sweeps=False, versus_arm_a=True, draft_stage0=True,
     ),
 }
 DEFAULT_TASKS = ("gsm8k", "mbpp")

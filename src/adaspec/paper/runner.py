@@ -66,7 +66,18 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     raise ValueError(f"unknown step kind {step.kind!r}")
 
 
+def without_stage0(steps: list[Step], extra: list[str]) -> list[Step]:
+    """The plan less its stage-0 steps when the run is told `pretrain=none` (the comparison without it)."""
+    if "pretrain=none" not in extra:
+        return steps
+    dropped = [s for s in steps if s.kind == "pretrain"]
+    if dropped:
+        print(f"[paper] pretrain=none: {len(dropped)} stage-0 steps skipped", flush=True)
+    return [s for s in steps if s.kind != "pretrain"]
+
+
 def run_plan(steps: list[Step], extra: list[str]) -> None:
+    steps = without_stage0(steps, extra)
     started = time.perf_counter()
     for i, step in enumerate(steps, 1):
         cfg = compose_step(step, extra)
