@@ -1,6 +1,6 @@
 """Expected speed-up at the best gamma, per draft, over the seeds of a paper run on the real target.
 
-    python experiments/smollm2/best_gamma.py experiments/results/smollm2-paper [--costs bench/results/smollm2.json]
+    python experiments/smollm2/best_gamma.py experiments/results/smollm2-paper-stage0/smollm2_gsm8k [--costs bench/results/smollm2.json]
 
 Each seed's main.json holds the draft's acceptance at every gamma (replayed exactly from the target's greedy
 output on all prompts). With the measured seconds of the calls a block makes (the evaluation's own `costs`,
