@@ -179,7 +179,8 @@ def test_a_draft_on_other_data_distils_against_the_shared_reference_and_is_evalu
     assert read_meta(final)["upstream"]["ref"] == read_meta(paths.final(paths.ref_dir(ref)))["weights"]
     plain = setup("stage=draft", "k=0.4")
     assert fingerprint(draft, "draft") != fingerprint(setup("stage=draft", "k=0.4", "stage.tag=dataset"), "draft")
-    assert fingerprint(plain, "draft") == fingerprint(setup("stage=draft", "k=0.4", "distill.ref_data=dataset"), "draft")
+    naming_its_own = setup("stage=draft", "k=0.4", "distill.ref_data=dataset")
+    assert fingerprint(plain, "draft") == fingerprint(naming_its_own, "draft")
     evaluation = setup("distill.data=target", "eval.draft_ks=[0.4]", "eval.draft_tags=[dataset]",
                        "+eval.tag_data.dataset=dataset")
     assert check_artefacts(evaluation)[1] == [(0.4, "dataset", final)]
