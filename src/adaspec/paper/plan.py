@@ -64,7 +64,8 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
         steps.append(Step("pretrain", (base, "stage=pretrain_target")))
     target = f"paper={task.target_config or task.name}"
     steps += [Step("train", (target, "stage=target")), Step("cache", (base,))]
-    steps += [Step("cache", (f"paper={task.name}{suffix}",)) for suffix in task.extra_caches]
+    # composed as the arm's drafts are (stage=draft): its stage.tag names the drafts, not another target
+    steps += [Step("cache", (f"paper={task.name}{suffix}", "stage=draft")) for suffix in task.extra_caches]
     for seed in seeds:
         s = f"seed={seed}"
         if task.pretrain or task.draft_stage0:
