@@ -8,30 +8,17 @@ import json
 
 from adaspec import paths
 from adaspec.artefacts import read_meta
-from adaspec.data.tasks import held_out_training, load_task
 from adaspec.paper.__main__ import collect
 from adaspec.paper.plan import TASKS, paper_plan
 from adaspec.paper.runner import compose_step, run_plan
-from tests.conftest import SHARED_DATA
-from tests.test_smollm2_pipeline import tiny_instruct_target
+from tests.paper.real_target_sizes import make_tiny_target, plan_overrides_at_test_size
 
 
 def test_the_beyond_the_paper_plan_trains_every_arm_against_one_reference(tmp_path, one_torch_thread):
     task = TASKS["smollm2_gsm8k_beyond"]
-    extra = [
-        f"model.target_path={tmp_path / 'instruct'}", f"paths.models={tmp_path / 'models'}",
-        f"paths.root={tmp_path / 'outputs'}", f"task.local_dir={SHARED_DATA / 'gsm8k'}",
-        "task.n_train=8", "task.n_val=2", "task.n_test=2", "eval.n_prompts=2", "eval.gammas=[1,2]",
-        "eval.timed_prompts=1", "decode.max_new_tokens=12", "distill.answer_max_new_tokens=200",
-        "distill.cache_topk=8", "model.draft_vocab_size=96", "model.draft.hidden_size=16",
-        "model.draft.num_hidden_layers=1", "model.draft.num_attention_heads=2", "model.draft.intermediate_size=32",
-        "stage.batch_size=4", "stage.max_steps=4", "pretrain.max_chars=4000", "pretrain.task_prompts=8",
-        "pretrain.n_val=2", "pretrain.batch_size=4", "trainer.enable_progress_bar=false",
-        "trainer.log_every_n_steps=1",
-    ]
+    extra = [*plan_overrides_at_test_size(tmp_path, "gsm8k", max_steps=4), "trainer.log_every_n_steps=1"]
     steps = paper_plan([task], [0])
-    task_cfg = compose_step(steps[-1], extra).task
-    tiny_instruct_target(tmp_path / "instruct", load_task(task_cfg)["train"] + held_out_training(task_cfg, 2), 80)
+    make_tiny_target(tmp_path, steps, extra)
 
     run_plan(steps, extra)
 
