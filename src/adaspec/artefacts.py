@@ -189,6 +189,12 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def read_metrics(folder: Path) -> dict[str, Any]:
+    """A saved artefact's metrics.json; {} for one without it (made before it was written)."""
+    path = folder / METRICS
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def write_atomically(destination: Path, fill) -> None:
     """Call `fill(tmp_folder)`, then move the folder to `destination`, replacing an old one only then."""
     destination.parent.mkdir(parents=True, exist_ok=True)

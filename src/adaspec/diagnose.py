@@ -42,6 +42,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from adaspec.artefact_rules import require_artefact
+    from adaspec.artefacts import read_metrics
     from adaspec.data.datamodule import encode_all
     from adaspec.data.tasks import load_task
     from adaspec.diagnostics import checks
@@ -104,7 +105,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         trained.values(), key=lambda kf: (paths.final(kf[1]) / "meta.json").stat().st_mtime, default=None
     )
     peak = (
-        (read_json(paths.final(latest[1]) / "metrics.json") or {}).get("peak_memory_mb") if latest else None
+        read_metrics(paths.final(latest[1])).get("peak_memory_mb") if latest else None
     )
     memory_cfg = artefact_config(latest[1]) if latest else cfg
     verdicts += guarded([checks.memory(peak, machine_memory_mb())], memory_cfg)

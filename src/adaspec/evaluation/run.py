@@ -20,7 +20,6 @@ the same weights is skipped, other settings are refused unless `overwrite=true` 
 
 from __future__ import annotations
 
-import json
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,7 @@ from transformers import AutoTokenizer
 import adaspec
 from adaspec import paths
 from adaspec.artefact_rules import require_artefact
-from adaspec.artefacts import METRICS, read_meta
+from adaspec.artefacts import read_meta, read_metrics
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.tasks import Example, load_task
 from adaspec.decoding import (
@@ -115,12 +114,6 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
     if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
-
-
-def training_seconds(final: Path) -> float | None:
-    """How long the draft's stage trained (its metrics.json), for what each arm costs; None if unrecorded."""
-    metrics = final / METRICS
-    return json.loads(metrics.read_text()).get("train_seconds") if metrics.is_file() else None
 
 
 def identity_of(cfg: DictConfig, target_path: Path, draft_paths: list[tuple[float, str, Path]]) -> dict[str, Any]:
@@ -342,7 +335,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
                 "draft_quant": quant,
                 "path": str(path),
                 "parameters": n_params(model),
-                "train_seconds": training_seconds(path),
+                "train_seconds": read_metrics(path).get("train_seconds"),  # what each arm cost
             }
 
     prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training

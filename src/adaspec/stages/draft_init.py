@@ -8,7 +8,6 @@ the weights, and every reference and draft trained from it carries it on (`adasp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -16,7 +15,7 @@ from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from adaspec import paths
 from adaspec.artefact_rules import require_artefact
-from adaspec.artefacts import METRICS, read_meta, save_artefact, verify_weights
+from adaspec.artefacts import read_meta, read_metrics, save_artefact, verify_weights
 from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size
@@ -81,7 +80,7 @@ def check_init_source(cfg: DictConfig, folder: Path) -> None:
 def check_init_settings(cfg: DictConfig, folder: Path) -> None:
     """A UserError when the saved initialisation was made with another model.draft_init or draft_vocab_size
     (earlier artefacts without the record were made with the defaults)."""
-    recorded = json.loads((folder / METRICS).read_text()) if (folder / METRICS).is_file() else {}
+    recorded = read_metrics(folder)
     for key, wanted in init_settings(cfg).items():
         made = recorded.get(key, {"draft_init": "random", "draft_vocab_size": 0}[key])
         if made != wanted:
