@@ -50,9 +50,11 @@ def comparisons(task: TaskPlan) -> list[Comparison]:
     return out
 
 
-def _fmt(d: dict[str, Any]) -> str:
-    """mean ± std, or the value alone from one seed (a std of 0.000 there would claim a precision)."""
-    return f"{d['mean']:.3f}" if d.get("n") == 1 else f"{d['mean']:.3f} ± {d['std']:.3f}"
+def _fmt(d: dict[str, Any], sign: str = "") -> str:
+    """mean ± std, or the value alone from one seed (a std of 0.000 there would claim a precision);
+    sign="+" for differences."""
+    mean = f"{d['mean']:{sign}.3f}"
+    return mean if d.get("n") == 1 else f"{mean} ± {d['std']:.3f}"
 
 
 def _verdict(ci: list[float] | None, first: str = "AdaSPEC", second: str = "DistillSpec") -> str:
@@ -103,10 +105,7 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
             )
             for m in METRICS
         }
-        summary["comparisons"].append({
-            "name": c.name, "first": c.first, "second": c.second, "first_label": c.first_label,
-            "second_label": c.second_label, "difference": diffs,
-        })
+        summary["comparisons"].append({**c._asdict(), "difference": diffs})
     return summary
 
 
@@ -127,8 +126,7 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
             for m in METRICS:
                 d = c["difference"][m]
                 ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
-                spread = "" if d.get("n") == 1 else f" ± {d['std']:.3f}"
-                cells.append(f"{d['mean']:+.3f}{spread}{ci}")
+                cells.append(f"{_fmt(d, '+')}{ci}")
             labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
             comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}
