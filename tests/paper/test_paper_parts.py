@@ -241,5 +241,6 @@ def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
     kept = without_stage0(steps, ["pretrain=none"])
     assert len(steps) - len(kept) == 2 and not any(s.kind == "pretrain" for s in kept)
     assert without_stage0(steps, []) == steps
+    assert without_stage0(steps, ["pretrain.corpus=none"]) == kept  # decided by the config, not the spelling
     run_plan([s for s in steps if s.kind == "pretrain"], ["pretrain=none", f"paths.root={tmp_path}"])
     assert "2 stage-0 steps skipped" in capsys.readouterr().out and not any(tmp_path.iterdir())

@@ -66,14 +66,21 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     raise ValueError(f"unknown step kind {step.kind!r}")
 
 
+def _stage0_switched_off(step: Step, extra: list[str]) -> bool:
+    """A stage-0 step whose run has no stage 0 (e.g. `pretrain=none` among `extra`), read from the config
+    the next stage composes (a stage-0 config without a corpus does not validate)."""
+    if step.kind != "pretrain":
+        return False
+    reader = tuple("stage=ref" if o.startswith("stage=") else o for o in step.overrides)
+    return compose_step(Step("train", reader), extra).pretrain.corpus == "none"
+
+
 def without_stage0(steps: list[Step], extra: list[str]) -> list[Step]:
-    """The plan less its stage-0 steps when the run is told `pretrain=none` (the comparison without it)."""
-    if "pretrain=none" not in extra:
-        return steps
-    dropped = [s for s in steps if s.kind == "pretrain"]
-    if dropped:
-        print(f"[paper] pretrain=none: {len(dropped)} stage-0 steps skipped", flush=True)
-    return [s for s in steps if s.kind != "pretrain"]
+    """The plan less its stage-0 steps when the run has no stage 0 (the comparison without it)."""
+    kept = [s for s in steps if not _stage0_switched_off(s, extra)]
+    if len(kept) < len(steps):
+        print(f"[paper] no stage 0 (pretrain=none): {len(steps) - len(kept)} stage-0 steps skipped", flush=True)
+    return kept
 
 
 def run_plan(steps: list[Step], extra: list[str]) -> None:
