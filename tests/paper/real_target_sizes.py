@@ -1,12 +1,13 @@
-"""A real-target paper plan at test sizes: the overrides that shrink every step, and the tiny chat target."""
+"""A real-target paper plan run at test sizes: the overrides that shrink every step, on a tiny chat target."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from adaspec.data.tasks import held_out_training, load_task
-from adaspec.paper.plan import Step
-from adaspec.paper.runner import compose_step
+from adaspec.paper.__main__ import collect
+from adaspec.paper.plan import TASKS, paper_plan
+from adaspec.paper.runner import compose_step, run_plan
 from tests.conftest import SHARED_DATA
 from tests.test_smollm2_pipeline import tiny_instruct_target
 
@@ -28,7 +29,13 @@ def plan_overrides_at_test_size(tmp: Path, task: str, max_steps: int) -> list[st
     ]
 
 
-def make_tiny_target(tmp: Path, steps: list[Step], extra: list[str]) -> None:
-    """The tiny chat target, trained on the training and held-out prompts it will answer (so it stops)."""
+def run_plan_at_test_size(tmp: Path, name: str, data: str, max_steps: int, *more: str):
+    """Every step of `make paper ARGS="--tasks <name> --seeds 0"` on a tiny chat target trained on the
+    training and held-out prompts it will answer (so that it stops); (steps, overrides, collected summary)."""
+    steps = paper_plan([TASKS[name]], [0])
+    extra = [*plan_overrides_at_test_size(tmp, data, max_steps), *more]
     task = compose_step(steps[-1], extra).task
     tiny_instruct_target(tmp / "instruct", load_task(task)["train"] + held_out_training(task, N_VAL), steps=80)
+    run_plan(steps, extra)
+    summary, _ = collect([TASKS[name]], [0], extra, tmp / "results", sweeps=False)
+    return steps, extra, summary

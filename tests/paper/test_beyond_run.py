@@ -4,32 +4,22 @@ against the one reference, the evaluation finds every draft, and the summary com
 
 from __future__ import annotations
 
-import json
-
 from adaspec import paths
-from adaspec.artefacts import read_meta
-from adaspec.paper.__main__ import collect
-from adaspec.paper.plan import TASKS, paper_plan
-from adaspec.paper.runner import compose_step, run_plan
-from tests.paper.real_target_sizes import make_tiny_target, plan_overrides_at_test_size
+from adaspec.artefacts import read_meta, read_metrics
+from adaspec.paper.runner import compose_step
+from tests.paper.real_target_sizes import run_plan_at_test_size
 
 
 def test_the_beyond_the_paper_plan_trains_every_arm_against_one_reference(tmp_path, one_torch_thread):
-    task = TASKS["smollm2_gsm8k_beyond"]
-    extra = [*plan_overrides_at_test_size(tmp_path, "gsm8k", max_steps=4), "trainer.log_every_n_steps=1"]
-    steps = paper_plan([task], [0])
-    make_tiny_target(tmp_path, steps, extra)
-
-    run_plan(steps, extra)
-
+    steps, extra, summary = run_plan_at_test_size(
+        tmp_path, "smollm2_gsm8k_beyond", "gsm8k", 4, "trainer.log_every_n_steps=1"
+    )
     configs = [compose_step(s, extra) for s in steps if s.kind == "train" and "stage=draft" in s.overrides]
     reference = read_meta(paths.final(paths.ref_dir(configs[0])))["weights"]
     for cfg in configs:
         final = paths.final(paths.draft_dir(cfg))
         assert read_meta(final)["upstream"]["ref"] == reference
-        metrics = json.loads((final / "metrics.json").read_text())
-        assert metrics["steps"] == 4
-    summary, _ = collect([task], [0], extra, tmp_path / "results", sweeps=False)
+        assert read_metrics(final)["steps"] == 4
     rows = summary["smollm2_gsm8k_beyond"]["drafts"]
     assert set(rows) == {f"k{k}-{tag}" for tag in ("dataset", "onpolicy", "jsd", "combined") for k in ("0.4", "1")} | {
         "k0.4", "k1", "k0.4-kschedule"}

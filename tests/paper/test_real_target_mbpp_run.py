@@ -4,21 +4,11 @@ through the runner on a tiny chat Llama, and the collected summary pairs every a
 
 from __future__ import annotations
 
-from adaspec.paper.__main__ import collect
-from adaspec.paper.plan import TASKS, paper_plan
-from adaspec.paper.runner import run_plan
-from tests.paper.real_target_sizes import make_tiny_target, plan_overrides_at_test_size
+from tests.paper.real_target_sizes import run_plan_at_test_size
 
 
 def test_the_mbpp_real_target_plan_runs_every_step_and_collects_every_comparison(tmp_path, one_torch_thread):
-    task = TASKS["smollm2_mbpp"]
-    extra = [*plan_overrides_at_test_size(tmp_path, "mbpp", max_steps=2), "stage.max_epochs=2"]
-    steps = paper_plan([task], [0])
-    make_tiny_target(tmp_path, steps, extra)
-
-    run_plan(steps, extra)
-
-    summary, _ = collect([task], [0], extra, tmp_path / "results", sweeps=False)
+    _, _, summary = run_plan_at_test_size(tmp_path, "smollm2_mbpp", "mbpp", 2, "stage.max_epochs=2")
     greedy, sampled = summary["smollm2_mbpp"], summary["smollm2_mbpp t=1"]
     assert greedy["score_metric"] == "mbpp/pass@1" and 0.0 <= greedy["target"]["mbpp/pass@1"]["mean"] <= 1.0
     assert set(greedy["drafts"]) == {
