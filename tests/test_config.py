@@ -11,7 +11,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config import Selection, validate
+from adaspec.config import Selection
+from adaspec.config_rules import validate
 from adaspec.errors import UserError
 from tests.conftest import CONF, REPO, compose_config
 

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from adaspec import paths
 from adaspec.cache import build_cache
-from adaspec.config import validate
+from adaspec.config_rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate, prompt_ids, stop_token_id
 from adaspec.data.example import Example

@@ -46,7 +46,7 @@ def checked_config(*overrides: str) -> DictConfig:
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
     from adaspec.cli import composition_error
-    from adaspec.config import validate
+    from adaspec.config_rules import validate
     from adaspec.errors import UserError
 
     try:

@@ -3,7 +3,7 @@
 auto: FlashAttention-2 when the `flash_attn` package is importable, a CUDA GPU is present and the
 models run in bf16/fp16 (FlashAttention has no float32 kernels); otherwise PyTorch's
 scaled_dot_product_attention (`sdpa`). `flash_attention_2` asked for explicitly without the package or
-a GPU is a UserError, raised by `check_attn_implementation` from `config.validate`, before any model loads.
+a GPU is a UserError, raised by `check_attn_implementation` from `config_rules.validate`, before any model loads.
 """
 
 from __future__ import annotations
