@@ -46,8 +46,6 @@ Selection = Choice("Selection", ["batch", "sequence", "global", "quantile", "sof
 class KSchedule(StrEnum):
     constant = "constant"
     linear = "linear"  # k from 1.0 down to `k` over the first distill.k_schedule_frac of the steps
-
-
 # Lightning's precision names
 Precision = Choice(
     "Precision",
@@ -100,9 +98,7 @@ class DraftInit(StrEnum):
 
     random = "random"
     target_embedding = "target_embedding"  # the target's embedding projected to the draft's width
-    target_layers = (
-        "target_layers"  # the target's embedding, first model.draft.num_hidden_layers layers, head
-    )
+    target_layers = "target_layers"  # the target's embedding, first model.draft.num_hidden_layers layers, head
 
 
 class AttnImplementation(StrEnum):
@@ -121,9 +117,7 @@ class DistillData(StrEnum):
     dataset = "dataset"  # the task's reference answers
     target = "target"  # answers the target generated for the training prompts (adaspec.data.target_answers)
     draft = "draft"  # on-policy: the student samples every batch's answers (adaspec.distill.on_policy)
-    mixed = (
-        "mixed"  # on-policy on a share distill.on_policy_fraction of the steps, the dataset's answers else
-    )
+    mixed = "mixed"  # on-policy on a share distill.on_policy_fraction of the steps, the dataset's answers else
 
 
 class CacheMode(StrEnum):
@@ -307,12 +301,8 @@ class DistillConfig:
     data: DistillData = DistillData.dataset
     answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
     answer_batch_size: int = 16  # data=target: prompts per generation batch
-    on_policy_fraction: float = (
-        0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
-    )
-    mixed_with: DistillData = (
-        DistillData.dataset
-    )  # data=mixed: the answers of the other steps (dataset|target)
+    on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
+    mixed_with: DistillData = DistillData.dataset  # data=mixed: the answers of the other steps (dataset|target)
     # stage 3: the data the reference it distils against was trained on (its folder); null: `data` (stage 2
     # itself always trains on `data`, into that data's folder). Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
@@ -330,9 +320,7 @@ class PretrainConfig:
 
     corpus: Corpus = Corpus.none
     objective: PretrainObjective = PretrainObjective.lm
-    task_prompts: int = (
-        0  # objective=kd: the first n prompts of the task's whole training split join the corpus
-    )
+    task_prompts: int = 0  # objective=kd: the first n prompts of the task's whole training split join the corpus
     max_chars: int = 3_000_000  # characters of source taken (about 1M tokens with a 4k BPE)
     block_chars: int = 1200  # characters per training example, whole lines
     n_val: int = 64  # blocks held out for the validation loss

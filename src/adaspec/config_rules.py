@@ -122,14 +122,8 @@ def _validate_stage(stage: DictConfig) -> None:
 
 
 def _validate_distill(distill: DictConfig) -> None:
-    for key in (
-        "refresh_every_n_steps",
-        "calibration_batches",
-        "chunk_size",
-        "cache_topk",
-        "answer_max_new_tokens",
-        "answer_batch_size",
-    ):
+    for key in ("refresh_every_n_steps", "calibration_batches", "chunk_size", "cache_topk",
+                "answer_max_new_tokens", "answer_batch_size"):
         _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
     _check(
         not (distill.cache_ref_kl and distill.teacher != TeacherSource.cache),
@@ -137,22 +131,13 @@ def _validate_distill(distill: DictConfig) -> None:
         distill.cache_ref_kl,
         "needs distill.teacher=cache",
     )
-    _check(
-        distill.mixed_with in (DistillData.dataset, DistillData.target),
-        "distill.mixed_with",
-        distill.mixed_with,
-        "the answers of data=mixed's other steps: dataset or target",
-    )
-    _check(
-        0.0 <= distill.on_policy_fraction <= 1.0,
-        "distill.on_policy_fraction",
-        distill.on_policy_fraction,
-        "must be in [0, 1]",
-    )
+    _check(distill.mixed_with in (DistillData.dataset, DistillData.target), "distill.mixed_with", distill.mixed_with,
+           "the answers of data=mixed's other steps: dataset or target")
+    _check(0.0 <= distill.on_policy_fraction <= 1.0, "distill.on_policy_fraction", distill.on_policy_fraction,
+           "must be in [0, 1]")
     _check(
         not (distill.cache_ref_kl and distill.data in (DistillData.draft, DistillData.mixed)),
-        "distill.cache_ref_kl",
-        distill.cache_ref_kl,
+        "distill.cache_ref_kl", distill.cache_ref_kl,
         "cannot serve on-policy batches (distill.data=draft|mixed), whose tokens are sampled during training; "
         "set it false",
     )
@@ -173,8 +158,7 @@ def _validate_draft_build(cfg: DictConfig) -> None:
     _check(
         model.draft_init == DraftInit.random
         or cfg.pretrain.corpus == Corpus.none
-        or cfg.pretrain.objective
-        == PretrainObjective.kd,  # a distilling stage 0 starts from model.draft_init
+        or cfg.pretrain.objective == PretrainObjective.kd,  # a distilling stage 0 starts from model.draft_init
         "model.draft_init",
         model.draft_init,
         "with stage 0 (pretrain=stdlib) the draft starts from its pre-trained weights: use model.draft_init=random",
@@ -280,9 +264,7 @@ def _validate_eval(ev: DictConfig) -> None:
     sweep = ev.gamma_sweep_prompts
     _check(sweep >= 0, "eval.gamma_sweep_prompts", sweep, "must be >= 0")
     timed = ev.timed_prompts
-    _check(
-        timed is None or timed >= 1, "eval.timed_prompts", timed, "must be >= 1, or null to time every prompt"
-    )
+    _check(timed is None or timed >= 1, "eval.timed_prompts", timed, "must be >= 1, or null to time every prompt")
     _check(ev.num_threads >= 0, "eval.num_threads", ev.num_threads, "must be >= 0 (0: torch's default)")
 
 
