@@ -244,3 +244,15 @@ def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
     assert without_stage0(steps, ["pretrain.corpus=none"]) == kept  # decided by the config, not the spelling
     run_plan([s for s in steps if s.kind == "pretrain"], ["pretrain=none", f"paths.root={tmp_path}"])
     assert "2 stage-0 steps skipped" in capsys.readouterr().out and not any(tmp_path.iterdir())
+
+
+def test_wall_times_count_each_step_under_the_task_whose_plan_composes_it():
+    from adaspec.paper.__main__ import task_of_config
+    from adaspec.paper.plan import TASKS
+
+    names = list(TASKS)
+    assert task_of_config("smollm2_gsm8k_matched", names) == "smollm2_gsm8k"
+    assert task_of_config("smollm2_gsm8k_beyond_jsd", names) == "smollm2_gsm8k_beyond"
+    assert task_of_config("smollm2_mbpp_optimal", names) == "smollm2_mbpp"
+    assert task_of_config("gsm8k_matched", names) == "gsm8k"
+    assert task_of_config("mbpp", names) == "mbpp"

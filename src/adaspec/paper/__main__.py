@@ -106,8 +106,16 @@ def collect(
     return summary, images
 
 
-def wall_times(root: Path, out: Path) -> dict[str, float]:
-    """Seconds spent on the steps that ran, per task, from the run's log (copied next to the results)."""
+def task_of_config(paper_config: str, task_names: list[str]) -> str:
+    """The task whose plan composes `paper=<paper_config>`: the longest task name it is or extends with "_"
+    (smollm2_gsm8k_matched -> smollm2_gsm8k, smollm2_gsm8k_beyond_jsd -> smollm2_gsm8k_beyond)."""
+    owners = [n for n in task_names if paper_config == n or paper_config.startswith(n + "_")]
+    return max(owners, key=len) if owners else paper_config
+
+
+def wall_times(root: Path, out: Path, task_names: list[str]) -> dict[str, float]:
+    """Seconds spent on the steps that ran, per task, over the run's whole log (copied next to the results;
+    one line per step, with its seed)."""
     log = root / "paper_log.jsonl"
     if not log.is_file():
         return {}
@@ -115,9 +123,8 @@ def wall_times(root: Path, out: Path) -> dict[str, float]:
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         if entry["ran"]:
-            task = next(
-                a.split("=")[1].split("_")[0] for a in entry["step"].split() if a.startswith("paper=")
-            )
+            config = next(a.split("=", 1)[1] for a in entry["step"].split() if a.startswith("paper="))
+            task = task_of_config(config, task_names)
             totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
     write_text_atomically(out / "paper_log.jsonl", log.read_text())
     write_json_atomically(out / "wall_times.json", totals)
@@ -153,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         # the run's logger and paths.root, as every step composes them
         run_cfg = compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides)
         log_paper(run_cfg, summary, images)
-        times = wall_times(Path(run_cfg.paths.root), args.results)
+        times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS))
         print(f"[paper] wall time of the steps that ran, per task (s): {times}")
 
 
