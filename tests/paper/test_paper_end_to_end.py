@@ -70,6 +70,10 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     expected = [d["k0.4"]["accept_rate"] - d["k1"]["accept_rate"] for d in seed_values]
     assert diff["values"] == pytest.approx(expected) and len(diff["ci95"]) == 2
     assert "mbpp/pass@1" in mbpp["target"]
+    from adaspec.evaluation.sandbox import isolation_summary
+
+    main = {task: json.loads((results / task / "seed0" / "main.json").read_text()) for task in ("gsm8k", "mbpp")}
+    assert main["mbpp"]["code_sandbox"] == isolation_summary() and main["gsm8k"]["code_sandbox"] is None
     for task in ("gsm8k", "mbpp"):
         assert (results / f"{task}_k_sweep.png").stat().st_size > 0
         assert (results / f"{task}_gamma_sweep.png").stat().st_size > 0
@@ -99,3 +103,16 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     assert logged.returncode == 0, logged.stderr[-3000:]
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+    # on another machine the run root is gone: the collection keeps what an earlier one copied, and says so
+    before = json.loads((results / "summary.json").read_text())
+    out.rename(tmp_path / "out-elsewhere")
+    kept = run_paper(tmp_path, "--collect-only", "--no-sweeps")
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert "kept from an earlier collection" in kept.stdout
+    after = json.loads((results / "summary.json").read_text())
+    assert after["mbpp"]["seeds"] == [0, 1] and after["mbpp"]["drafts"] == before["mbpp"]["drafts"]
+    # ... but never under settings the kept evaluation did not have
+    other = run_paper(tmp_path, "--collect-only", "--no-sweeps", "decode.gamma=4")
+    assert other.returncode != 0 and "was collected from an evaluation with other settings" in other.stderr
+    assert "decode.gamma: 5 -> 4" in other.stderr

@@ -52,6 +52,8 @@ def results_markdown(results: dict[str, Any]) -> str:
     ]
     if checks:
         lines.append(f"Prompts where speculative greedy output differs from target-only greedy: {', '.join(checks)}.")
+    if results.get("code_sandbox"):
+        lines.append(f"The generated code ran in the sandbox under {results['code_sandbox']}.")
     return "\n".join(lines) + "\n"
 
 

@@ -59,6 +59,7 @@ from adaspec.evaluation.plots import (
 )
 from adaspec.evaluation.replay import draft_matches, replay
 from adaspec.evaluation.report import RESULTS_JSON, results_markdown, write_results
+from adaspec.evaluation.sandbox import isolation_summary
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
@@ -281,6 +282,7 @@ def summarise(
         else None,
         "target": {**target_summary(m.target, timed), metric: score(m.target), "parameters": n_params(target)},
         "drafts": rows,
+        "code_sandbox": isolation_summary() if kind == "code" else None,  # what ran the generated code
     }
 
 

@@ -122,6 +122,13 @@ def _find_isolation() -> Isolation:
     return fallback
 
 
+def isolation_summary() -> str:
+    """How this host runs generated code, as the results record it: bubblewrap and where it lives, or the
+    fallback's layers."""
+    found = isolation()
+    return f"bubblewrap ({found.bubblewrap})" if found.bubblewrap else f"fallback: {found.description}"
+
+
 def bubblewrap_isolation(bwrap: str) -> Isolation:
     return Isolation(bwrap, True, _unprivileged_ids(), "bubblewrap")
 

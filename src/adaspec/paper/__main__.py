@@ -48,6 +48,40 @@ def _results_of(step, extra: list[str]) -> Path:
     return results_dir(compose_step(step, extra)) / "results.json"
 
 
+def _collected(step, extra: list[str], destination: Path) -> dict[str, Any] | None:
+    """The step's evaluation, copied from the run root to `destination`; where the root no longer holds it
+    (a run continued on another machine), the copy an earlier collection left at `destination`, provided
+    it records this step's settings; None when neither exists."""
+    from adaspec.paper.aggregate import copy_results
+
+    source = _results_of(step, extra)
+    if source.is_file():
+        return copy_results(source, destination)
+    if not destination.is_file():
+        return None
+    kept = json.loads(destination.read_text())
+    changed = _settings_changed(step, extra, kept, destination)
+    if changed:
+        raise UserError(
+            f"{destination} was collected from an evaluation with other settings than `{step.command()}` "
+            f"({'; '.join(changed[:3])}) and {source} does not exist: collect into another --results folder, "
+            f"or rerun the step"
+        )
+    print(f"[paper] {destination}: kept from an earlier collection ({source} is not on this machine)")
+    return kept
+
+
+def _settings_changed(step, extra: list[str], kept: dict[str, Any], path: Path) -> list[str]:
+    from omegaconf import OmegaConf
+
+    from adaspec.evaluation.identity import differences, evaluation_identity, recorded_identity
+    from adaspec.paper.runner import compose_step
+
+    recorded = recorded_identity(kept, path)
+    config = OmegaConf.to_container(compose_step(step, extra), resolve=True, enum_to_str=True)
+    return differences(recorded, evaluation_identity(config, recorded["device"], None))
+
+
 def collect(
     tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool
 ) -> tuple[dict[str, Any], list[Path]]:
@@ -64,16 +98,16 @@ def collect(
     for task in tasks:
         per_seed = {}
         for seed in seeds:
-            source = _results_of(Step("eval", (f"paper={task.name}", f"seed={seed}")), extra)
-            if source.is_file():
-                per_seed[seed] = copy_results(source, out / task.name / f"seed{seed}" / "main.json")
+            step = Step("eval", (f"paper={task.name}", f"seed={seed}"))
+            if (results := _collected(step, extra, out / task.name / f"seed{seed}" / "main.json")) is not None:
+                per_seed[seed] = results
         if per_seed:
             summary[task.name] = summarise_task(task, per_seed)
         sampled = {}
         for seed in seeds if task.sampled_eval else []:
-            source = _results_of(Step("eval", (f"paper={task.name}", f"seed={seed}", *SAMPLED_EVAL)), extra)
-            if source.is_file():
-                sampled[seed] = copy_results(source, out / task.name / f"seed{seed}" / "t1.json")
+            step = Step("eval", (f"paper={task.name}", f"seed={seed}", *SAMPLED_EVAL))
+            if (results := _collected(step, extra, out / task.name / f"seed{seed}" / "t1.json")) is not None:
+                sampled[seed] = results
         if sampled:
             summary[f"{task.name} t=1"] = summarise_task(task, sampled)
         if not sweeps:
