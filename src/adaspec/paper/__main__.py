@@ -52,6 +52,7 @@ def _collected(step, extra: list[str], destination: Path) -> dict[str, Any] | No
     """The step's evaluation, copied from the run root to `destination`; where the root no longer holds it
     (a run continued on another machine), the copy an earlier collection left at `destination`, provided
     it records this step's settings; None when neither exists."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.aggregate import copy_results
 
     source = _results_of(step, extra)
@@ -72,6 +73,7 @@ def _collected(step, extra: list[str], destination: Path) -> dict[str, Any] | No
 
 
 def _settings_changed(step, extra: list[str], kept: dict[str, Any], path: Path) -> list[str]:
+    # imported after the arguments are parsed, so --help and argument errors answer at once
     from omegaconf import OmegaConf
 
     from adaspec.evaluation.identity import differences, evaluation_identity, recorded_identity
