@@ -68,6 +68,8 @@ def main() -> None:
     seeds = table.pop("seeds")
 
     def fmt(d: dict) -> str:
+        if d["n"] == 1:  # one seed: a "± 0.000" would claim a precision it does not have
+            return f"{d['mean']:.3f}"
         ci = f" [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]" if d["ci95"] else ""
         return f"{d['mean']:.3f} ± {d['std']:.3f}{ci}"
 
