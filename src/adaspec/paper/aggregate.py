@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaspec.paper.plan import TaskPlan
-from adaspec.paper.stats import describe, paired_difference
+from adaspec.paper.stats import describe, mean_and_spread, paired_difference
 from adaspec.toolkit import markdown_table, write_json_atomically, write_text_atomically
 
 METRICS = ("alpha", "accept_rate", "tau", "speedup_vs_target")
@@ -48,13 +48,6 @@ def comparisons(task: TaskPlan) -> list[Comparison]:
                 Comparison(f"{tag} vs arm (a), k={k:g}", f"k{k:g}-{tag}", f"k{k:g}", tag, "arm (a)") for k in ks
             ]
     return out
-
-
-def _fmt(d: dict[str, Any], sign: str = "") -> str:
-    """mean ± std, or the value alone from one seed (a std of 0.000 there would claim a precision);
-    sign="+" for differences."""
-    mean = f"{d['mean']:{sign}.3f}"
-    return mean if d.get("n") == 1 else f"{mean} ± {d['std']:.3f}"
 
 
 def _verdict(ci: list[float] | None, first: str = "AdaSPEC", second: str = "DistillSpec") -> str:
@@ -113,9 +106,9 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
     header = ["task", "draft", "alpha", "accept_rate", "tau", "speed-up vs target", "target score", "training s"]
     rows = []
     for task, s in summary.items():
-        score = f"{s['score_metric']} {_fmt(s['target'][s['score_metric']])}"
+        score = f"{s['score_metric']} {mean_and_spread(s['target'][s['score_metric']])}"
         rows += [
-            [task, d["label"], *(_fmt(d[m]) for m in METRICS), score,
+            [task, d["label"], *(mean_and_spread(d[m]) for m in METRICS), score,
              f"{d['train_seconds']['mean']:.0f}" if "train_seconds" in d else "-"]
             for d in s["drafts"].values()
         ]
@@ -126,7 +119,7 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
             for m in METRICS:
                 d = c["difference"][m]
                 ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
-                cells.append(f"{_fmt(d, '+')}{ci}")
+                cells.append(f"{mean_and_spread(d, '+')}{ci}")
             labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
             comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}

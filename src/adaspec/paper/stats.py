@@ -30,3 +30,10 @@ def paired_difference(a: list[float], b: list[float]) -> dict[str, float | int |
     if len(a) != len(b):
         raise ValueError(f"paired values need equal lengths, got {len(a)} and {len(b)}")
     return describe([x - y for x, y in zip(a, b, strict=True)])
+
+
+def mean_and_spread(d: dict, sign: str = "") -> str:
+    """A `describe` as "mean ± std", or the value alone from one seed (a std of 0.000 there would claim a
+    precision); sign="+" for differences."""
+    mean = f"{d['mean']:{sign}.3f}"
+    return mean if d.get("n") == 1 else f"{mean} ± {d['std']:.3f}"
