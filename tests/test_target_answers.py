@@ -151,14 +151,16 @@ def test_the_official_budget_match_counts_the_finished_answers_only(setup):
     path = paths.target_answers_dir(ref) / ANSWERS
     original = path.read_text()
     records = list(read_answers(path.parent).values())  # without a line an earlier test cut (a crash)
-    next(r for r in records if r["index"] == 3)["stopped"] = False  # as if the target had not finished it
+    finished = [r for r in records if r["index"] < N_TRAIN and r["stopped"]]
+    assert len(finished) >= 2  # how many the tiny target finishes depends on the machine's arithmetic
+    finished[0]["stopped"] = False  # as if the target had not finished it
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     try:
         draft = setup("stage=draft", "k=0.4", "distill.data=target", "distill.match_token_budget=true")
         resolved, splits = resolve_stage_config(draft)
         assert resolved.stage.batch_size == 10  # stage.batch_size 4 / k 0.4
         data, _, _ = build_data(resolved, splits)  # the training splits are made once, from the task's
-        assert len(data.train_set) == N_TRAIN - 1
+        assert len(data.train_set) == len(finished) - 1
     finally:
         path.write_text(original)
 
