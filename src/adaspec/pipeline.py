@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -134,7 +135,11 @@ def run_stage(cfg: DictConfig) -> Path:
     )
     started = time.perf_counter()
     try:
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
+        with warnings.catch_warnings():
+            if ckpt_path and trainer.world_size == 1:
+                # ours is: the loader's ResumableShuffle continues from the checkpoint's batch
+                warnings.filterwarnings("ignore", message=".*your dataloader is not resumable")
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     except FloatingPointError as err:
         raise UserError(
             f"{err}; last good checkpoint: {last if last.exists() else 'none'} (lower stage.lr)"
