@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from adaspec.evaluation.cost import expected_speedups
-from adaspec.paper.stats import describe, mean_and_spread
+from adaspec.paper.stats import describe, interval, mean_and_spread
 from adaspec.toolkit import markdown_table, write_json_atomically, write_text_atomically
 
 
@@ -68,8 +68,7 @@ def main() -> None:
     seeds = table.pop("seeds")
 
     def fmt(d: dict) -> str:
-        ci = f" [{d['ci95'][0]:.3f}, {d['ci95'][1]:.3f}]" if d["ci95"] else ""
-        return f"{mean_and_spread(d)}{ci}"
+        return f"{mean_and_spread(d)}{interval(d)}"
 
     rows = [
         [t["label"], ", ".join(f"{g}: {n}" for g, n in sorted(Counter(t["best_gamma"]).items())),

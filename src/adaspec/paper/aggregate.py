@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from adaspec.paper.plan import TaskPlan
-from adaspec.paper.stats import describe, mean_and_spread, paired_difference
+from adaspec.paper.stats import describe, interval, mean_and_spread, paired_difference
 from adaspec.toolkit import markdown_table, write_json_atomically, write_text_atomically
 
 METRICS = ("alpha", "accept_rate", "tau", "speedup_vs_target")
@@ -118,8 +118,7 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
             cells = []
             for m in METRICS:
                 d = c["difference"][m]
-                ci = f" [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] else ""
-                cells.append(f"{mean_and_spread(d, '+')}{ci}")
+                cells.append(f"{mean_and_spread(d, '+')}{interval(d, '+')}")
             labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
             comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}

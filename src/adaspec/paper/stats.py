@@ -37,3 +37,8 @@ def mean_and_spread(d: dict, sign: str = "") -> str:
     precision); sign="+" for differences."""
     mean = f"{d['mean']:{sign}.3f}"
     return mean if d.get("n") == 1 else f"{mean} ± {d['std']:.3f}"
+
+
+def interval(d: dict, sign: str = "") -> str:
+    """A `describe`'s 95 % interval as " [low, high]", or nothing from one seed; sign="+" for differences."""
+    return f" [{d['ci95'][0]:{sign}.3f}, {d['ci95'][1]:{sign}.3f}]" if d["ci95"] else ""
