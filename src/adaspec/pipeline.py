@@ -137,7 +137,8 @@ def run_stage(cfg: DictConfig) -> Path:
     try:
         with warnings.catch_warnings():
             if ckpt_path and trainer.world_size == 1:
-                # ours is: the loader's ResumableShuffle continues from the checkpoint's batch
+                # ours is: TaskDataModule.train_dataloader's ResumableShuffle (single-process runs only)
+                # continues from the checkpoint's batch
                 warnings.filterwarnings("ignore", message=".*your dataloader is not resumable")
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path)
     except FloatingPointError as err:

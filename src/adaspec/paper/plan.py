@@ -102,7 +102,7 @@ def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> 
 
 
 REAL_ARMS = (("_optimal", (0.4, 1.0)), ("_domain", (0.4, 1.0)))
-# the cached arms (~70 s a draft on two cores) before the on-policy ones (8-11 min): a run cut short has more
+# the cached arms (1-2 min a draft on two cores) before the on-policy ones (8-12 min): a run cut short has more
 BEYOND_ARMS = (
     ("_dataset", (0.4, 1.0)), ("_jsd", (0.4, 1.0)), ("_kschedule", (0.4,)), ("_onpolicy", (0.4, 1.0)),
     ("_combined", (0.4, 1.0)),
