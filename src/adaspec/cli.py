@@ -36,6 +36,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from adaspec.config_rules import validate
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.logs import one_line_per_event
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 EXPERIMENTS = CONF.parent / "experiments"  # conf/config.yaml's search path: experiment groups such as paper
@@ -67,6 +68,7 @@ def hydra_entry(task: Callable[[DictConfig], Any]) -> Callable[[], Any]:
         with reported_as_one_line():
             if not ValidateBeforeRun.validated:  # a multirun job
                 validate(cfg)
+            one_line_per_event()
             return task(cfg)
 
     hydra_main = hydra.main(version_base="1.3", config_path=str(CONF), config_name="config")(run_task)

@@ -26,6 +26,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from adaspec.callbacks.step_checkpoint import StepCheckpoint
+from adaspec.logs import one_line_per_event
 from adaspec.paths import CHECKPOINTS, LAST_CHECKPOINT
 from adaspec.resumable_csv import ResumableCSVLogger
 from adaspec.toolkit import wandb_enabled
@@ -141,6 +142,7 @@ def build_trainer(
 ) -> pl.Trainer:
     """The stage's Trainer. `module` (the stage module) names the transformer blocks FSDP wraps;
     `resume_step`: the logging step of the checkpoint a resumed run continues from."""
+    one_line_per_event()
     st = cfg.stage
     world = world_size(cfg.trainer)
     steps = total_steps(st, n_train, world)
