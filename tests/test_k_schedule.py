@@ -6,6 +6,7 @@ import lightning.pytorch as pl
 import pytest
 
 from adaspec.distill.k_schedule import k_at_step, ramp_steps
+from adaspec.drafts import ModelDraft
 from adaspec.stages.draft import SelectiveDistill
 from tests.stage_helpers import fit_on_fixed_batch, model, tokenizer_and_batch
 
@@ -33,15 +34,15 @@ class RecordK(pl.Callback):
         self.rows: list[tuple[int, float, float]] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        selected = pl_module.last_selection[1]
+        selected = outputs["selection"].selected
         # the step this batch trained at (global_step has moved on by one)
         self.rows.append((trainer.global_step - 1, pl_module.k_used, float(selected.float().mean())))
 
 
 class KRecordingDistill(SelectiveDistill):
-    def loss(self, batch):
+    def step(self, batch):
         self.k_used = self.current_k()
-        return super().loss(batch)
+        return super().step(batch)
 
 
 def test_training_selects_everything_at_step_zero_and_k_from_the_ramp_end(tiny_cfg, tmp_path):
@@ -49,7 +50,9 @@ def test_training_selects_everything_at_step_zero_and_k_from_the_ramp_end(tiny_c
     tokenizer, batch = tokenizer_and_batch(cfg)
     target = model(cfg, tokenizer, "target", 1, frozen=True)
     reference = model(cfg, tokenizer, "draft", 3, frozen=True)
-    module = KRecordingDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, reference, k=0.4)
+    module = KRecordingDistill(
+        ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target, ModelDraft(reference), k=0.4
+    )
     recorder = RecordK()
     fit_on_fixed_batch(module, batch, 10, tmp_path, callbacks=[recorder])
     steps = [r[0] for r in recorder.rows]

@@ -12,6 +12,7 @@ from adaspec import paths
 from adaspec.config_rules import validate
 from adaspec.data.encoding import IGNORE
 from adaspec.distill.on_policy import batch_prompts, is_on_policy_step, student_continuations
+from adaspec.drafts import ModelDraft
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage
 from adaspec.stages.ref import ReferenceDistill
@@ -32,7 +33,7 @@ def sample(student, batch, tokenizer, step: int, seed: int = 0):
 
 def test_samples_keep_the_prompts_and_put_labels_only_on_sampled_tokens(setup):
     cfg, tokenizer, batch = setup
-    student = model(cfg, tokenizer, "draft", 2)
+    student = ModelDraft(model(cfg, tokenizer, "draft", 2))
     sampled = sample(student, batch, tokenizer, step=3)
     assert batch_prompts(sampled) == batch_prompts(batch)
     for prompt, ids, labels, attention in zip(batch_prompts(batch), sampled["input_ids"], sampled["labels"],
@@ -48,7 +49,7 @@ def test_samples_keep_the_prompts_and_put_labels_only_on_sampled_tokens(setup):
 
 def test_samples_depend_only_on_seed_and_step(setup):
     cfg, tokenizer, batch = setup
-    student = model(cfg, tokenizer, "draft", 2)
+    student = ModelDraft(model(cfg, tokenizer, "draft", 2))
     torch.manual_seed(123)
     first = sample(student, batch, tokenizer, step=5)
     torch.manual_seed(999)  # the global generator does not matter, and is left as it was
@@ -73,9 +74,9 @@ def test_an_on_policy_step_trains_on_samples_against_the_live_target(setup, tmp_
     target = model(cfg, tokenizer, "target", 1, frozen=True)
     settings = {"fraction": 1.0, "seed": 0, "stop_id": tokenizer.eos_token_id, "pad_id": tokenizer.pad_token_id,
                 "max_new_tokens": 12}
-    module = ReferenceDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, on_policy=settings)
+    module = ReferenceDistill(ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target, on_policy=settings)
     loss, metrics = module.loss(batch)
-    expected_batch = sample(module.student, batch, tokenizer, step=0)
+    expected_batch = sample(module.draft, batch, tokenizer, step=0)
     expected, _, _ = module.student_divergence(expected_batch, module.live_teacher)
     assert metrics["on_policy"] == 1.0 and metrics["generation_s"] > 0
     assert torch.allclose(loss, expected.mean())

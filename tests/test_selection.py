@@ -10,10 +10,12 @@ import torch
 
 from adaspec.distill import selection
 from adaspec.distill.selection import (
+    RULES,
+    SelectionState,
     fraction_band,
     global_cut,
     n_selected,
-    select_top_k,
+    select,
     soft_selection_weights,
     threshold_for_fraction,
 )
@@ -37,16 +39,27 @@ def test_ties_do_not_change_the_count_and_go_to_earlier_tokens():
     assert select_top_k(delta, 0.4, "batch").tolist() == [True, True, False, False, False]
 
 
-def test_k_one_selects_everything_in_every_mode():
+def select_top_k(delta, k, mode="batch", mask=None, threshold=None):
+    return select(mode, delta, k, mask, SelectionState(threshold=threshold)).selected
+
+
+def test_k_one_selects_everything_in_every_rule():
     delta = torch.randn(20)
-    for mode in ("batch", "sequence", "global"):
-        assert select_top_k(delta, 1.0, mode, torch.zeros(20, dtype=torch.long), threshold=99.0).all()
+    assert set(RULES) == {"batch", "sequence", "global", "quantile", "soft"}
+    for mode in RULES:
+        record = select(mode, delta, 1.0, torch.ones(1, 20, dtype=torch.bool), SelectionState(threshold=99.0))
+        assert record.selected.all() and record.threshold == float(delta.min())
+
+
+def test_an_unknown_rule_names_the_registered_ones():
+    with pytest.raises(ValueError, match="allowed: \\['batch', 'global'"):
+        select("glob", torch.randn(4), 0.5)
 
 
 def test_sequence_mode_selects_within_each_sequence():
     delta = torch.tensor([10.0, 9.0, 8.0, 7.0, 0.1, 0.2, 0.3, 0.4])
-    seq = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    assert select_top_k(delta, 0.5, "sequence", seq).tolist() == [True, True, False, False, False, False, True, True]
+    mask = torch.tensor([[True] * 4 + [False], [False] + [True] * 4])  # two sequences of four answer tokens
+    assert select_top_k(delta, 0.5, "sequence", mask).tolist() == [True, True, False, False, False, False, True, True]
     assert select_top_k(delta, 0.5, "batch").tolist() == [True] * 4 + [False] * 4
 
 

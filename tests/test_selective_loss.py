@@ -12,6 +12,7 @@ import torch
 from adaspec.distill.divergence import token_divergence
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.tokens import answer_logits, answer_mask
+from adaspec.drafts import ModelDraft
 from adaspec.stages.draft import SelectiveDistill
 from tests.stage_helpers import model, tokenizer_and_batch
 
@@ -34,7 +35,9 @@ def selective(models, k=0.4, teacher=None, **distill):
     d = copy.deepcopy(cfg.distill)
     for key, value in distill.items():
         d[key] = value
-    return SelectiveDistill(copy.deepcopy(draft), cfg.stage, d, target, reference, k=k, teacher=teacher)
+    return SelectiveDistill(
+        ModelDraft(copy.deepcopy(draft)), cfg.stage, d, target, ModelDraft(reference), k=k, teacher=teacher
+    )
 
 
 def top_k_mask(delta: torch.Tensor, k: float) -> torch.Tensor:
@@ -63,11 +66,11 @@ def test_quantile_selection_trains_on_the_official_tokens(models):
     batch = models[1]
     with torch.no_grad():
         kl_draft, delta, _ = module.token_deltas(batch)
-        loss, metrics = module.loss(batch)
+        loss, metrics, outputs = module.step(batch)
     official = delta >= torch.quantile(delta, 0.6)
     torch.testing.assert_close(loss, kl_draft[official].sum() / kl_draft.numel())
     assert metrics["threshold"] == float(torch.quantile(delta, 0.6))
-    assert torch.equal(module.last_selection[1], official)
+    assert torch.equal(outputs["selection"].selected, official)
 
 
 @pytest.mark.parametrize("normalize", ["all_tokens", "selected_tokens"])
@@ -97,7 +100,7 @@ def test_minus_inf_teacher_logits_give_a_finite_loss_and_finite_gradients(models
     teacher = MaskedTeacher(target, kind, cfg.distill.chunk_size, jsd_beta=0.5)
     module = selective(models, teacher=teacher, selection=selection, divergence=kind)
     if selection == "global":
-        module.threshold = 0.0
+        module.selection_state.threshold = 0.0
     loss, _ = module.loss(batch)
     assert torch.isfinite(loss) and loss > 0
     loss.backward()

@@ -26,9 +26,10 @@ from adaspec.data.example import Example
 from adaspec.data.tasks import load_task
 from adaspec.decoding import FixedGamma, speculative_generate, target_generate
 from adaspec.distill.teacher_cache import TeacherCache, data_identity
+from adaspec.drafts import load_draft
 from adaspec.evaluation.run import run_evaluation
+from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import VOCAB_FILE, special_token_ids
-from adaspec.models.vocab import draft_vocab_of, load_draft
 from adaspec.pipeline import run_stage
 from tests.conftest import SHARED_DATA, compose_config
 from tests.models.tiny_gguf import chat_tokenizer
@@ -150,8 +151,9 @@ def test_every_draft_artefact_carries_the_draft_vocabulary_in_its_identity(run):
     for folder in folders:
         assert VOCAB_FILE in json.loads((folder / "meta.json").read_text())["files"]
         draft = load_draft(folder)
-        assert draft.config.vocab_size == DRAFT_VOCAB and draft.get_output_embeddings().out_features == DRAFT_VOCAB
-        maps.append(draft_vocab_of(draft).draft_to_target)
+        model = draft.model
+        assert model.config.vocab_size == DRAFT_VOCAB and model.get_output_embeddings().out_features == DRAFT_VOCAB
+        maps.append(draft.vocab.draft_to_target)
     assert all(torch.equal(m, maps[0]) for m in maps)
     init_metrics = json.loads((folders[0] / "metrics.json").read_text())
     assert init_metrics["draft_init"] == "target_embedding"
@@ -161,7 +163,7 @@ def test_the_draft_vocabulary_holds_the_special_tokens_and_maps_into_the_target(
     cfg, _, _, _ = run
     c = cfg()
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
-    vocab = draft_vocab_of(load_draft(paths.final(paths.draft_dir(c, 0.4))))
+    vocab = load_draft(paths.final(paths.draft_dir(c, 0.4))).vocab
     assert vocab.size == DRAFT_VOCAB and vocab.target_size == len(tokenizer)
     assert special_token_ids(tokenizer) <= set(vocab.draft_to_target.tolist())
     assert bool(vocab.contains(torch.tensor(stop_token_id(tokenizer, "chat"))))
@@ -172,25 +174,26 @@ def test_speculative_greedy_output_equals_the_targets_and_proposals_are_map_toke
     c = cfg()
     target_folder = paths.final(paths.target_dir(c))
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
-    target = load_draft(target_folder).eval()
+    target = load_model(target_folder).eval()
     draft = load_draft(paths.final(paths.draft_dir(c, 0.4))).eval()
-    vocab = draft_vocab_of(draft)
+    vocab = draft.vocab
     stop = stop_token_id(tokenizer, "chat")
     for example in load_task(c.task)["test"][:2]:
         ids = torch.tensor([prompt_ids(tokenizer, example.prompt, "chat")])
         ours = speculative_generate(
-            target, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16, eos_token_id=stop, vocab_map=vocab
+            target, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16, eos_token_id=stop
         )
         plain = target_generate(target, ids, max_new_tokens=16, eos_token_id=stop)
         assert ours.tokens == plain.tokens
         with torch.no_grad():  # the draft's every proposal: an argmax over its N logits, mapped to the target
-            logits = draft(input_ids=vocab.to_draft(ids)).logits
+            logits = draft.model(input_ids=vocab.to_draft(ids)).logits
         assert logits.shape[-1] == DRAFT_VOCAB
         assert bool(vocab.contains(vocab.to_target(logits.argmax(-1))).all())
-    for row in results["drafts"].values():  # the evaluation's own runs agree with the target too
+    for name, row in results["drafts"].items():  # the evaluation's own runs agree with the target too
         assert row["greedy_mismatches"] == 0
         assert row["acceptance_vs_gamma"]["replay_mismatches"] == 0  # the replay maps ids as the loop does
-        assert 0 < row["alpha"] < 1  # proposals were both accepted and rejected: verification had work
+        if name != "prompt_lookup":  # the trained drafts' proposals were both accepted and rejected
+            assert 0 < row["alpha"] < 1  # verification had work
 
 
 def test_only_answer_and_end_of_turn_tokens_carry_the_distillation_signal(run):
@@ -215,10 +218,10 @@ def test_only_answer_and_end_of_turn_tokens_carry_the_distillation_signal(run):
 
 def test_the_evaluation_notes_that_hf_assisted_is_skipped_for_a_reduced_draft(run):
     _, results, printed, _ = run
-    assert set(results["drafts"]) == {"k0.4", "k1"}
+    assert set(results["drafts"]) == {"k0.4", "k1", "prompt_lookup"}  # prompt lookup: the default baseline
     notes = [line for line in printed.splitlines() if "HF assisted generation cannot map" in line]
     assert len(notes) == 2
-    for row in results["drafts"].values():
+    for row in (results["drafts"]["k0.4"], results["drafts"]["k1"]):
         assert row["speedup_vs_hf_assisted"] is None and "hf_assisted/wall_time_s" not in row
         assert row["alpha"] is not None
 
@@ -232,19 +235,22 @@ def test_bench_real_times_every_gamma_and_is_exact_when_greedy(run, tmp_path):
     payload = main(["--prompts", "2", "--max-new-tokens", "12", "--gammas", "1,3", "--temperatures", "0,1",
                     "--threads", "1", "--out", str(tmp_path), *overrides_at_test_size(tmp)])
     assert json.loads((tmp_path / "smollm2.json").read_text())["rows"] == json.loads(json.dumps(payload["rows"]))
-    assert [(r["temperature"], r["policy"]) for r in payload["rows"]] == [
-        (t, p) for t in (0.0, 1.0) for p in ("fixed-1", "fixed-3", "adaptive")
+    assert [(r["temperature"], r["draft"], r["policy"]) for r in payload["rows"]] == [
+        (t, d, p) for t in (0.0, 1.0) for d in ("trained", "prompt_lookup") for p in ("fixed-1", "fixed-3", "adaptive")
     ]
-    assert payload["draft_vocab_size"] == DRAFT_VOCAB and "reduced vocabulary" in payload["hf_assisted"]
+    assert set(payload["drafts"]) == {"trained", "prompt_lookup"}
+    assert payload["drafts"]["trained"]["draft_vocab_size"] == DRAFT_VOCAB
+    assert "reduced vocabulary" in payload["hf_assisted"]["trained"]
     costs = payload["costs"]
     for row in payload["rows"]:
         assert row["greedy_mismatches"] == (0 if row["temperature"] == 0 else None)
         assert 0 <= row["alpha"] <= 1 and row["speedup_vs_target"] > 0
         if row["policy"] == "fixed-3":
             assert row["mean_gamma"] <= 3
-    fixed1 = payload["rows"][0]
+    fixed1 = payload["rows"][0]  # the trained draft at fixed-1
     verify = costs["target_verify_s"][1]
     assert fixed1["expected_speedup"] == pytest.approx(
-        expected_speedup(fixed1["alpha"], fixed1["mean_gamma"], costs["draft_1_s"], verify, costs["target_1_s"])
+        expected_speedup(fixed1["alpha"], fixed1["mean_gamma"], costs["draft_1_s"]["trained"], verify,
+                         costs["target_1_s"])
     )
     assert expected_speedup(1.0, 3, 0.0, 1.0, 1.0) == 4 and expected_speedup(0.0, 3, 0.1, 1.0, 1.0) == pytest.approx(1 / 1.3)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from adaspec.drafts import ModelDraft
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.ref import ReferenceDistill
 from adaspec.stages.target import TargetFinetune
@@ -36,7 +37,7 @@ def test_target_finetune_loss_falls(setup, tmp_path):
 def test_reference_distill_loss_falls(setup, tmp_path):
     cfg, tokenizer, batch = setup
     target = model(cfg, tokenizer, "target", 1, frozen=True)
-    module = ReferenceDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target)
+    module = ReferenceDistill(ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target)
     assert falls(fit_on_fixed_batch(module, batch, 40, tmp_path))
 
 
@@ -45,20 +46,22 @@ def test_selective_distill_loss_falls(setup, tmp_path, selection):
     cfg, tokenizer, batch = setup
     cfg.distill.selection = selection
     target = model(cfg, tokenizer, "target", 1, frozen=True)
-    reference = model(cfg, tokenizer, "draft", 3, frozen=True)
-    module = SelectiveDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, reference, k=0.4)
+    reference = ModelDraft(model(cfg, tokenizer, "draft", 3, frozen=True))
+    module = SelectiveDistill(
+        ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target, reference, k=0.4
+    )
     assert falls(fit_on_fixed_batch(module, batch, 40, tmp_path))
 
 
 def test_k_one_equals_reference_distill_loss(setup):
     cfg, tokenizer, batch = setup
     target = model(cfg, tokenizer, "target", 1, frozen=True)
-    reference = model(cfg, tokenizer, "draft", 3, frozen=True)
+    reference = ModelDraft(model(cfg, tokenizer, "draft", 3, frozen=True))
     draft = model(cfg, tokenizer, "draft", 2)
-    ref_loss, _ = ReferenceDistill(copy.deepcopy(draft), cfg.stage, cfg.distill, target).loss(batch)
+    ref_loss, _ = ReferenceDistill(ModelDraft(copy.deepcopy(draft)), cfg.stage, cfg.distill, target).loss(batch)
     for normalize in ("all_tokens", "selected_tokens"):
         cfg.distill.normalize = normalize
-        sel = SelectiveDistill(copy.deepcopy(draft), cfg.stage, cfg.distill, target, reference, k=1.0)
+        sel = SelectiveDistill(ModelDraft(copy.deepcopy(draft)), cfg.stage, cfg.distill, target, reference, k=1.0)
         sel_loss, metrics = sel.loss(batch)
         torch.testing.assert_close(sel_loss, ref_loss)
         assert float(metrics["selected_frac"]) == 1.0
@@ -67,12 +70,12 @@ def test_k_one_equals_reference_distill_loss(setup):
 def test_normalisation_divides_by_all_or_selected_tokens(setup):
     cfg, tokenizer, batch = setup
     target = model(cfg, tokenizer, "target", 1, frozen=True)
-    reference = model(cfg, tokenizer, "draft", 3, frozen=True)
+    reference = ModelDraft(model(cfg, tokenizer, "draft", 3, frozen=True))
     draft = model(cfg, tokenizer, "draft", 2)
     losses = {}
     for normalize in ("all_tokens", "selected_tokens"):
         cfg.distill.normalize = normalize
-        module = SelectiveDistill(draft, cfg.stage, cfg.distill, target, reference, k=0.4)
+        module = SelectiveDistill(ModelDraft(draft), cfg.stage, cfg.distill, target, reference, k=0.4)
         losses[normalize], metrics = module.loss(batch)
     frac = float(metrics["selected_frac"])
     torch.testing.assert_close(losses["all_tokens"], losses["selected_tokens"] * frac, rtol=1e-4, atol=1e-6)
@@ -83,10 +86,11 @@ def test_prompt_and_padding_tokens_are_never_selected(setup):
     assert (batch["labels"] == -100).any() and (batch["attention_mask"] == 0).any()
     target = model(cfg, tokenizer, "target", 1, frozen=True)
     module = SelectiveDistill(
-        model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, model(cfg, tokenizer, "draft", 3, True), k=0.4
+        ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target,
+        ModelDraft(model(cfg, tokenizer, "draft", 3, True)), k=0.4,
     )
-    module.loss(batch)
-    mask, selected = module.last_selection
+    selected = module.step(batch)[2]["selection"].selected
+    mask = module.token_deltas(batch)[2]
     chosen = torch.zeros_like(mask)
     chosen[mask] = selected
     next_labels = batch["labels"][:, 1:]
@@ -98,9 +102,11 @@ def test_prompt_and_padding_tokens_are_never_selected(setup):
 def test_frozen_models_stay_frozen_and_out_of_checkpoints(setup, tmp_path):
     cfg, tokenizer, batch = setup
     target = model(cfg, tokenizer, "target", 1, frozen=True)
-    reference = model(cfg, tokenizer, "draft", 3, frozen=True)
+    reference = ModelDraft(model(cfg, tokenizer, "draft", 3, frozen=True))
     before = {n: p.clone() for n, p in target.named_parameters()}
-    module = SelectiveDistill(model(cfg, tokenizer, "draft", 2), cfg.stage, cfg.distill, target, reference, k=0.4)
+    module = SelectiveDistill(
+        ModelDraft(model(cfg, tokenizer, "draft", 2)), cfg.stage, cfg.distill, target, reference, k=0.4
+    )
 
     class CheckModes(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

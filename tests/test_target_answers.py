@@ -23,7 +23,7 @@ from adaspec.data.tasks import held_out_training, load_task
 from adaspec.decoding import target_generate
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
-from adaspec.models.vocab import load_draft
+from adaspec.models.build import load_model
 from adaspec.pipeline import build_data, resolve_stage_config, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
@@ -64,7 +64,7 @@ def test_answers_are_the_targets_greedy_output_and_generation_resumes(setup, cap
     assert sorted(saved) == list(range(N_TRAIN + c.task.n_val))  # and the held-out validation prompts
     final = paths.final(paths.target_dir(c))
     tokenizer = AutoTokenizer.from_pretrained(str(final))
-    target = load_draft(final).eval()
+    target = load_model(final).eval()
     stop = stop_token_id(tokenizer, "chat")
     for i, example in enumerate(answered_examples(c, load_task(c.task)["train"])):
         ids = torch.tensor([prompt_ids(tokenizer, example.prompt, "chat")])
@@ -113,7 +113,7 @@ def test_a_smaller_top_k_cache_is_cut_from_a_larger_one(setup, tmp_path, capsys)
     encoded = encode_all(tokenizer, splits["train"], 512, prompt_format="chat")
     encoded += encode_all(tokenizer, splits["test"][:2], 512, len(encoded), "chat")
     direct = TeacherCache(write_teacher_cache(
-        load_draft(final).eval(), encoded, tmp_path / "direct", CacheSpec("topk", 4), cut.meta["identity"],
+        load_model(final).eval(), encoded, tmp_path / "direct", CacheSpec("topk", 4), cut.meta["identity"],
         batch_size=4, pad_id=tokenizer.pad_token_id, progress=False,
     ))
     assert cut.meta["rows"] == direct.meta["rows"] and cut.meta["derived_from"] == "topk8"

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from adaspec.config import DOMAIN_OPTION_STAGES
+from adaspec.drafts.model import ModelDraft
 from adaspec.errors import UserError
 
 META = "meta.json"
@@ -232,15 +233,16 @@ def save_artefact(
     upstream: dict[str, str] | None = None,
     state_dict: dict | None = None,
 ) -> None:
-    """`state_dict`: the model's full weights where a sharding strategy keeps only a shard in `model`. A draft
-    with a reduced vocabulary carries its id map as `model.draft_vocab` (adaspec.models.vocab.load_draft),
-    saved with it as part of its identity."""
-    draft_vocab = getattr(model, "draft_vocab", None)
+    """`model`: a Hugging Face model, or a draft (`adaspec.drafts.ModelDraft`), whose id map is saved beside
+    its weights as part of its identity. `state_dict`: the model's full weights where a sharding strategy
+    keeps only a shard in `model`."""
+    draft = model if isinstance(model, ModelDraft) else None
+    weights = draft.model if draft is not None else model
 
     def fill(folder: Path) -> None:
-        model.save_pretrained(folder, state_dict=state_dict)
-        if draft_vocab is not None:
-            draft_vocab.save(folder)
+        weights.save_pretrained(folder, state_dict=state_dict)
+        if draft is not None:
+            draft.save_vocab(folder)
         tokenizer.save_pretrained(folder)
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         (folder / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))

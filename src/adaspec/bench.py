@@ -11,7 +11,9 @@ Decoding, for each model pair (`--models`, default tiny and small; the arith art
 trained first when absent): target-only greedy decoding, our speculative decoding and Hugging Face
 assisted generation, all in one process on the same prompts (`adaspec.evaluation.benchmark`), with
 the measured alpha, the measured draft/target cost ratio c of one cached single-token forward, and
-the theoretical speed-up (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) of Leviathan et al.
+the theoretical speed-up (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) of Leviathan et al.; and each
+training-free draft of the `baseline` group (default: prompt lookup) under the same gamma, as
+`<name>/alpha`, `<name>/tokens_per_s` and `<name>/speedup_vs_target`.
 
 Training (unless `--no-training`): stage-3 optimiser steps per second with the live target, with the
 exact teacher cache, with the cache and the cached reference KL, and a plain cross-entropy step of
@@ -63,7 +65,8 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
 
     from adaspec.data.tasks import load_task
     from adaspec.decoding import FixedGamma
-    from adaspec.evaluation.benchmark import Draft, benchmark
+    from adaspec.drafts import build_baseline, load_draft
+    from adaspec.evaluation.benchmark import Entry, benchmark
     from adaspec.evaluation.cost import cost_ratio
     from adaspec.evaluation.summary import draft_summary, target_summary
     from adaspec.models.build import load_model, n_params
@@ -74,25 +77,32 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     cfg = checked_config(*base, "stage=draft", f"k={k}")
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
     target = load_model(paths.final(paths.target_dir(cfg))).eval()
-    draft = load_model(paths.final(paths.draft_dir(cfg, k))).eval()
+    draft = load_draft(paths.final(paths.draft_dir(cfg, k))).eval()
+    baselines = {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     examples = load_task(cfg.task)["test"][:n_prompts]
     prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples])
+    entries = [Entry("draft", draft), *(Entry(name, b) for name, b in baselines.items())]
     m = benchmark(
-        target, [Draft("draft", draft)], prompts, make_policy=lambda: FixedGamma(gamma), gamma=gamma,
+        target, entries, prompts, make_policy=lambda: FixedGamma(gamma), gamma=gamma,
         max_new_tokens=max_new_tokens, temperature=0.0, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     ours = draft_summary(m.speculative["draft"], m.target, m.hf_assisted["draft"], gamma=gamma, greedy=True)
     c = cost_ratio(draft, target, prompts[0])
     theory = expected_speedup(ours["alpha"], gamma, c)
+    baseline_rows = {}
+    for name in baselines:
+        row = draft_summary(m.speculative[name], m.target, m.hf_assisted.get(name), gamma=gamma, greedy=True)
+        baseline_rows |= {f"{name}/{key}": row[key] for key in ("alpha", "tokens_per_s", "speedup_vs_target")}
     return {
+        **baseline_rows,
         "model": model,
         "k": k,
         "gamma": gamma,
         "n_prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
         "target_parameters": n_params(target),
-        "draft_parameters": n_params(draft),
+        "draft_parameters": n_params(draft.model),
         "target_only/tokens_per_s": target_summary(m.target)["tokens_per_s"],
         "speculative/tokens_per_s": ours["tokens_per_s"],
         "hf_assisted/tokens_per_s": ours["hf_assisted/tokens_per_s"],

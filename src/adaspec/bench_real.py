@@ -13,10 +13,14 @@ gives the expected speed-up: a block proposes gamma tokens (gamma draft calls), 
 call and emits (1 - alpha^(gamma+1)) / (1 - alpha) tokens on average, which target-only decoding makes in
 as many target calls. `share_of_expected` is the measured speed-up over it.
 
+The training-free drafts of the `baseline` config group (default: prompt lookup) run under the same
+policies, as rows of their own (`draft` names the draft of a row), so every table carries the baseline a
+trained draft must beat.
+
 HF assisted generation (constant schedule, confidence threshold off) runs beside ours at every fixed gamma
-when the draft shares the target's vocabulary; a draft with a reduced vocabulary (model.draft_vocab_size)
-cannot be run there, and the results say so instead of timing it. `--draft FOLDER` benches any finished
-draft or reference instead of draft-k<k>.
+when HF can run the draft; a draft with a reduced vocabulary (model.draft_vocab_size) cannot be run there,
+and the results say so instead of timing it. `--draft FOLDER` benches any finished draft or reference
+instead of draft-k<k>.
 
 Results go to `bench/results/<name>.json` (atomically, after every temperature) and a table is printed.
 """
@@ -46,18 +50,19 @@ def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float
     return tokens * target_s / (gamma * draft_s + verify_s)
 
 
-def run_temperature(target, draft, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
+def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
                     pad_id=None):
-    """Every policy against target-only at one temperature; a row per policy. A draft with the target's
-    full vocabulary also runs HF assisted generation at every fixed gamma (`hf_assisted/*` in its row)."""
+    """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
+    per draft and policy. Where HF can run a draft it also runs HF assisted generation at every fixed gamma
+    (`hf_assisted/*` in its row)."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
     from adaspec.decoding import aggregate
-    from adaspec.evaluation.benchmark import Draft, benchmark
+    from adaspec.evaluation.benchmark import Entry, benchmark
 
-    vocab_map = getattr(draft, "draft_vocab", None)
     entries = [
-        Draft(name, draft, compare_hf=vocab_map is None and name.startswith("fixed-"), vocab_map=vocab_map,
-              policy=policy, hf_gamma=int(name.split("-")[1]) if name.startswith("fixed-") else None)
+        Entry(f"{draft_name}/{name}", draft, compare_hf=name.startswith("fixed-"), policy=policy,
+              hf_gamma=int(name.split("-")[1]) if name.startswith("fixed-") else None)
+        for draft_name, draft in drafts.items()
         for name, policy in policies.items()
     ]
     first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
@@ -72,20 +77,23 @@ def run_temperature(target, draft, prompts, stop, policies, temperature, max_new
         return sum(r.tokens != b.tokens for r, b in zip(results, m.target, strict=True)) if temperature == 0 else None
 
     rows = []
-    for name, results in m.speculative.items():
+    for entry_name, results in m.speculative.items():
+        draft_name, name = entry_name.split("/")
         stats = aggregate(results, max_gamma=8)
-        gamma = statistics.mean(b.proposed for r in results for b in r.blocks if b.proposed) if results else 0
+        proposed = [b.proposed for r in results for b in r.blocks if b.proposed]
+        gamma = statistics.mean(proposed) if proposed else 0
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
-        expected = expected_speedup(stats["alpha"], gamma, costs["draft_1_s"], verify_s, costs["target_1_s"])
+        draft_s = costs["draft_1_s"][draft_name]
+        expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
         speedup = rate(results) / rate(m.target)
         hf_row = {}
-        if name in m.hf_assisted:
-            hf = m.hf_assisted[name]
+        if entry_name in m.hf_assisted:
+            hf = m.hf_assisted[entry_name]
             hf_row = {"hf_assisted/tokens_per_s": rate(hf), "speedup_vs_hf_assisted": rate(results) / rate(hf),
                       "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
-            "temperature": temperature, "policy": name, "mean_gamma": gamma,
+            "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "tokens_per_s": rate(results), "target_only/tokens_per_s": rate(m.target),
             "speedup_vs_target": speedup, "expected_speedup": expected, "share_of_expected": speedup / expected,
@@ -124,9 +132,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
+    from adaspec.drafts import build_baseline, load_draft
     from adaspec.evaluation.cost import call_costs
-    from adaspec.models.build import load_model, n_params
-    from adaspec.models.vocab import load_draft
+    from adaspec.models.build import load_model
 
     require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
     if args.draft is None:
@@ -138,14 +146,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     target_folder = paths.final(paths.target_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     target = load_model(target_folder).eval()
-    draft = load_draft(draft_folder).eval()
+    drafts = {"trained": load_draft(draft_folder).eval()}
+    drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format
     examples = load_task(cfg.task)["test"][: args.prompts]
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
-    vocab_map = getattr(draft, "draft_vocab", None)
-    costs = call_costs(target, {"draft": (draft, vocab_map)}, prompts[0], sorted(set(args.gammas)))
-    costs |= {"draft_1_s": costs["draft_1_s"]["draft"],
-              "target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
+    costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))
+    costs |= {"target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
     policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     payload: dict[str, Any] = {
@@ -154,26 +161,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
         "target": str(target_folder), "draft": str(draft_folder),
-        "target_parameters": n_params(target), "draft_parameters": n_params(draft),
-        "draft_vocab_size": None if vocab_map is None else vocab_map.size,
+        "target_parameters": sum(p.numel() for p in target.parameters()),
+        "drafts": {name: draft.describe() for name, draft in drafts.items()},
         "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-        "costs": {**costs, "c": costs["draft_1_s"] / costs["target_1_s"]},
-        "hf_assisted": "not run: the draft has a reduced vocabulary, which HF assisted generation cannot map"
-        if vocab_map is not None else "run at every fixed gamma (confidence threshold off, constant schedule)",
+        "costs": {**costs, "c": {name: s / costs["target_1_s"] for name, s in costs["draft_1_s"].items()}},
+        "hf_assisted": {name: "run at every fixed gamma (confidence threshold off, constant schedule)"
+                        if draft.hf_assisted_kwargs(1) is not None
+                        else "not run: the draft has a reduced vocabulary, which HF assisted generation cannot map"
+                        for name, draft in drafts.items()},
         "rows": [],
     }
     out = args.out / f"{args.name}.json"
     stop = stop_token_id(tokenizer, fmt)
     for temperature in args.temperatures:
-        payload["rows"] += run_temperature(target, draft, prompts, stop, policies, temperature,
+        payload["rows"] += run_temperature(target, drafts, prompts, stop, policies, temperature,
                                            args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id)
         write_json_atomically(out, payload, sort_keys=True)
-    columns = ["temperature", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
+    columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
                "speedup_vs_target", "expected_speedup", "share_of_expected", "greedy_mismatches",
                "speedup_vs_hf_assisted"]
     print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]],
                          cell=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)))
-    print(f"[adaspec] bench-real: c = {payload['costs']['c']:.3f}; wrote {out}")
+    c = ", ".join(f"{name} {value:.3f}" for name, value in payload["costs"]["c"].items())
+    print(f"[adaspec] bench-real: c = {c}; wrote {out}")
     return payload
 
 

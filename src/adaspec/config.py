@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from adaspec.decoding.config import DecodeConfig
+from adaspec.distill.selection import RULES
 
 
 class Choice(StrEnum):
@@ -36,11 +37,8 @@ class Divergence(StrEnum):
     jsd = "jsd"  # GKD's generalised JSD, distill.jsd_beta (adaspec.distill.divergence)
 
 
-# adaspec.distill.selection. batch: exactly the top ceil(k N) of the batch's N answer tokens; quantile: the
-# official code's rule, dL >= torch.quantile(dL, 1 - k) (ties kept); sequence: top-k per sequence; global: a
-# threshold estimated on calibration batches, tracked during training and refreshed; soft: weights from a
-# temperature-scaled rank of dL (distill.soft_temperature).
-Selection = Choice("Selection", ["batch", "sequence", "global", "quantile", "soft"])
+# the rules registered in adaspec.distill.selection (each one's docstring says what it keeps)
+Selection = Choice("Selection", list(RULES))
 
 
 class KSchedule(StrEnum):
@@ -402,6 +400,9 @@ class Config:
     pretrain: PretrainConfig = MISSING
     paths: PathsConfig = field(default_factory=PathsConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # training-free drafts evaluated beside the trained ones, name -> constructor (`_target_` and arguments);
+    # composed from conf/baseline/ (default [prompt_lookup]; baseline=[] for none)
+    baseline: dict[str, Any] = field(default_factory=dict)
     k: float = 0.4
     gamma: int = 5
     seed: int = 0

@@ -49,6 +49,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.diagnostics.advice import guarded
     from adaspec.diagnostics.cost_ratio import measure_cost_ratios
     from adaspec.diagnostics.measure import held_out_kl_and_agreement, machine_memory_mb, read_json
+    from adaspec.drafts import load_draft
     from adaspec.evaluation.run import draft_name, results_dir
     from adaspec.models.build import freeze, load_model
 
@@ -79,12 +80,12 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
             trained[name] = (k, folder)
         else:
             verdicts.append(checks.Verdict(name, "skip", "not trained", "", f'make stage3 ARGS="k={k}"'))
-    drafts = {name: freeze(load_model(paths.final(folder))) for name, (_, folder) in trained.items()}
+    drafts = {name: load_draft(paths.final(folder)).eval() for name, (_, folder) in trained.items()}
     costs = measure_cost_ratios(target, drafts, timing_prompts(held_out, TIMING_PROMPTS))
 
     per_draft: dict[str, dict[str, Any]] = {}
     for name, (k, folder) in trained.items():
-        _, agreement, n = held_out_kl_and_agreement(target, drafts[name], held_out, tokenizer.pad_token_id)
+        _, agreement, n = held_out_kl_and_agreement(target, drafts[name].model, held_out, tokenizer.pad_token_id)
         row = (results or {}).get("drafts", {}).get(draft_name(k))
         alpha = row.get("alpha") if row else None
         c = costs[name]

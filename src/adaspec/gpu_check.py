@@ -57,17 +57,18 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
     from adaspec import paths
     from adaspec.data.tasks import load_task
     from adaspec.decoding import FixedGamma, speculative_generate, target_generate
-    from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
+    from adaspec.decoding.quant import can_load_8bit
+    from adaspec.drafts import load_draft
     from adaspec.models.attention import resolve_attn_implementation
     from adaspec.models.build import load_model
 
     target_path, draft_path = paths.final(paths.target_dir(cfg)), paths.final(paths.draft_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_path))
     target = load_model(target_path, "auto", dtype=torch.bfloat16).to(device).eval()
+    draft = load_draft(draft_path, "auto", dtype=torch.bfloat16).to(device).eval()
+    draft_kind = "bf16"
     if can_load_8bit() and device == "cuda":
-        draft, draft_kind = load_draft_8bit(draft_path), "int8 (bitsandbytes)"
-    else:
-        draft, draft_kind = load_model(draft_path, "auto", dtype=torch.bfloat16).to(device).eval(), "bf16"
+        draft, draft_kind = draft.int8(torch.device(device), draft_path), "int8 (bitsandbytes)"
     prompts = tokenize_prompts(tokenizer, [e.prompt for e in load_task(cfg.task)["test"][:n_prompts]], device)
     eos = tokenizer.eos_token_id
 

@@ -173,7 +173,7 @@ def run_stage(cfg: DictConfig) -> Path:
     if trainer.is_global_zero:  # one writer: the other ranks of a data-parallel run return without saving
         save_artefact(
             paths.final(folder),
-            model=module.student,
+            model=module.artefact,
             tokenizer=data.tokenizer,
             cfg=cfg,
             stage=stage,

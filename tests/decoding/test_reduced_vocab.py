@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from adaspec.decoding import FixedGamma, aggregate, speculative_generate, target_generate
+from adaspec.drafts import ModelDraft
 from adaspec.models.draft_vocab import DraftVocab, most_frequent_vocab, shrink_to_draft_vocab, token_counts
 from tests.decoding.conftest import noisy_copy, tiny_model
 from tests.decoding.test_speculative import (
@@ -53,8 +54,8 @@ def test_greedy_output_equals_the_targets(target, prompts, greedy_refs, reduced)
     results = []
     for i, x in enumerate(prompts):
         r = speculative_generate(
-            target, draft, x, gamma_policy=FixedGamma(4), max_new_tokens=max_new(i), eos_token_id=None,
-            vocab_map=vocab,
+            target, ModelDraft(draft, vocab), x, gamma_policy=FixedGamma(4), max_new_tokens=max_new(i),
+            eos_token_id=None,
         )  # fmt: skip
         assert r.tokens == greedy_refs[i], f"prompt {i}"
         results.append(r)
@@ -71,16 +72,17 @@ def test_a_map_of_every_token_changes_nothing(target, prompts):
     draft = shrink_to_draft_vocab(noisy_copy(target, scale=0.1, seed=3), vocab)
     for i, x in enumerate(prompts[:10]):
         kwargs = dict(gamma_policy=FixedGamma(3), max_new_tokens=max_new(i), eos_token_id=None)
-        expected = speculative_generate(target, full_draft, x, **kwargs)
-        got = speculative_generate(target, draft, x, vocab_map=vocab, **kwargs)
+        expected = speculative_generate(target, ModelDraft(full_draft), x, **kwargs)
+        got = speculative_generate(target, ModelDraft(draft, vocab), x, **kwargs)
         assert (got.tokens, got.blocks) == (expected.tokens, expected.blocks)
 
 
 def test_reduced_draft_needs_its_map(target, prompts, reduced):
-    with pytest.raises(ValueError, match="vocab_map"):
+    with pytest.raises(ValueError, match="give ModelDraft its DraftVocab"):
         speculative_generate(
-            target, reduced[0], prompts[0], gamma_policy=FixedGamma(2), max_new_tokens=4, eos_token_id=None
-        )
+            target, ModelDraft(reduced[0]), prompts[0], gamma_policy=FixedGamma(2), max_new_tokens=4,
+            eos_token_id=None,
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +111,8 @@ def test_sampling_is_distributed_as_the_target(sampling_pair, monkeypatch):
 
     def spec(gen):
         return speculative_generate(
-            target, draft, prompt, gamma_policy=FixedGamma(2), max_new_tokens=3, eos_token_id=None,
-            temperature=temperature, generator=gen, vocab_map=vocab,
+            target, ModelDraft(draft, vocab), prompt, gamma_policy=FixedGamma(2), max_new_tokens=3,
+            eos_token_id=None, temperature=temperature, generator=gen,
         ).tokens  # fmt: skip
 
     samples = sample_two_tokens(spec, 800)

@@ -21,6 +21,7 @@ from adaspec.decoding import (
     verify_block,
 )
 from adaspec.decoding import speculative as spec_mod
+from adaspec.drafts import ModelDraft
 from tests.decoding.conftest import noisy_copy, tiny_model
 
 VOCAB = 64
@@ -39,9 +40,9 @@ def target():
 @pytest.fixture(scope="module")
 def drafts(target):
     return {
-        "disagreeing": tiny_model(1, vocab=VOCAB, hidden=32, layers=1),  # a different random model
-        "identical": target,
-        "moderate": noisy_copy(target, scale=0.2, seed=1),  # alpha ~ 0.45
+        "disagreeing": ModelDraft(tiny_model(1, vocab=VOCAB, hidden=32, layers=1)),  # a different random model
+        "identical": ModelDraft(target),
+        "moderate": ModelDraft(noisy_copy(target, scale=0.2, seed=1)),  # alpha ~ 0.45
     }
 
 
@@ -158,7 +159,7 @@ def test_stops_at_eos(target, drafts, prompts):
             )
             assert r.tokens == expected
             check_bookkeeping(r, 16)
-            if draft is target:  # EOS inside an accepted block: cut, not a rejection
+            if draft.model is target:  # EOS inside an accepted block: cut, not a rejection
                 assert aggregate([r], 8)["alpha"] == 1.0
 
 
@@ -166,7 +167,7 @@ def test_eos_cut_inside_accepted_block_is_not_a_rejection(target, prompts):
     full = target_generate(target, prompts[0], max_new_tokens=12, eos_token_id=None).tokens
     eos = full[1]  # second token: inside the first gamma=5 block
     r = speculative_generate(
-        target, target, prompts[0], gamma_policy=FixedGamma(5), max_new_tokens=12, eos_token_id=eos
+        target, ModelDraft(target), prompts[0], gamma_policy=FixedGamma(5), max_new_tokens=12, eos_token_id=eos
     )
     k = full.index(eos) + 1
     assert r.tokens == full[:k]
@@ -180,7 +181,7 @@ def test_exactly_max_new_tokens(target, prompts, max_new_tokens):
     assert len(ref.tokens) == ref.target_calls == max_new_tokens
     r = speculative_generate(
         target,
-        target,
+        ModelDraft(target),
         prompts[3],
         gamma_policy=FixedGamma(5),
         max_new_tokens=max_new_tokens,
@@ -220,7 +221,7 @@ def test_rejects_batched_input(target):
     with pytest.raises(ValueError, match=r"\[1, T\]"):
         speculative_generate(
             target,
-            target,
+            ModelDraft(target),
             torch.zeros(2, 3, dtype=torch.long),
             gamma_policy=FixedGamma(2),
             max_new_tokens=4,
@@ -241,7 +242,7 @@ def test_int8_draft_keeps_greedy_output(target, prompts, greedy_refs):
     results = []
     for i, x in enumerate(prompts[:15]):
         r = speculative_generate(
-            target, draft, x, gamma_policy=FixedGamma(4), max_new_tokens=max_new(i), eos_token_id=None
+            target, ModelDraft(draft), x, gamma_policy=FixedGamma(4), max_new_tokens=max_new(i), eos_token_id=None
         )
         assert r.tokens == greedy_refs[i]
         results.append(r)
@@ -329,7 +330,7 @@ def sampling_models():
     # Larger init: peaked, clearly different p and q (acceptance ~0.4 at temperature 0.7).
     return (
         tiny_model(10, vocab=SAMPLING_V, init_std=0.2),
-        tiny_model(11, vocab=SAMPLING_V, layers=1, init_std=0.2),
+        ModelDraft(tiny_model(11, vocab=SAMPLING_V, layers=1, init_std=0.2)),
     )
 
 

@@ -12,9 +12,10 @@ from transformers import AutoModelForCausalLM
 
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate
-from adaspec.distill.selection import select_top_k
+from adaspec.distill.selection import select
 from adaspec.distill.token_classes import OPERATOR_TYPES, TokenClasses, domain_tables
 from adaspec.distill.tokens import answer_targets
+from adaspec.drafts import ModelDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.ref import ReferenceDistill
@@ -37,9 +38,9 @@ def math_setup(tiny_cfg):
 
 def test_weighted_loss_divides_by_the_token_count(math_setup):
     cfg, _, batch, tables, m = math_setup
-    weighted = ReferenceDistill(copy.deepcopy(m["draft"]), cfg.stage, cfg.distill, m["target"],
+    weighted = ReferenceDistill(ModelDraft(copy.deepcopy(m["draft"])), cfg.stage, cfg.distill, m["target"],
                                 token_weights=tables.token_weights)
-    plain = ReferenceDistill(copy.deepcopy(m["draft"]), cfg.stage, cfg.distill, m["target"])
+    plain = ReferenceDistill(ModelDraft(copy.deepcopy(m["draft"])), cfg.stage, cfg.distill, m["target"])
     kl, _, mask = weighted.student_divergence(batch)
     w = tables.token_weights[answer_targets(batch["labels"], mask)]
     assert (w == 2.0).any() and (w == 1.5).any() and (w == 1.0).any()
@@ -51,12 +52,12 @@ def test_weighted_loss_divides_by_the_token_count(math_setup):
 def test_k_one_equals_reference_distill_with_weights(math_setup):
     cfg, _, batch, tables, m = math_setup
     ref_loss, _ = ReferenceDistill(
-        copy.deepcopy(m["draft"]), cfg.stage, cfg.distill, m["target"], token_weights=tables.token_weights
+        ModelDraft(copy.deepcopy(m["draft"])), cfg.stage, cfg.distill, m["target"], token_weights=tables.token_weights
     ).loss(batch)
     for normalize in ("all_tokens", "selected_tokens"):
         cfg.distill.normalize = normalize
-        sel = SelectiveDistill(copy.deepcopy(m["draft"]), cfg.stage, cfg.distill, m["target"], m["reference"], k=1.0,
-                               token_weights=tables.token_weights)
+        sel = SelectiveDistill(ModelDraft(copy.deepcopy(m["draft"])), cfg.stage, cfg.distill, m["target"],
+                               ModelDraft(m["reference"]), k=1.0, token_weights=tables.token_weights)
         sel_loss, metrics = sel.loss(batch)
         torch.testing.assert_close(sel_loss, ref_loss)
         assert float(metrics["selected_frac"]) == 1.0
@@ -66,10 +67,10 @@ def test_selection_ranks_by_unweighted_delta(math_setup):
     cfg, _, batch, tables, m = math_setup
     runs = {}
     for name, weights in (("plain", None), ("weighted", tables.token_weights)):
-        module = SelectiveDistill(copy.deepcopy(m["draft"]), cfg.stage, cfg.distill, m["target"], m["reference"],
-                                  k=0.4, token_weights=weights)
-        loss, _ = module.loss(batch)
-        runs[name] = (loss, module.last_selection[1])
+        module = SelectiveDistill(ModelDraft(copy.deepcopy(m["draft"])), cfg.stage, cfg.distill, m["target"],
+                                  ModelDraft(m["reference"]), k=0.4, token_weights=weights)
+        loss, _, outputs = module.step(batch)
+        runs[name] = (loss, outputs["selection"].selected)
     assert torch.equal(runs["plain"][1], runs["weighted"][1])
     assert not torch.isclose(runs["plain"][0], runs["weighted"][0])
 
@@ -81,14 +82,15 @@ def test_whitespace_tokens_are_always_selected_for_code(tiny_cfg, mbpp_splits, m
     tables = domain_tables(cfg.task.domain, tok, "draft")
     assert tables.always_keep is not None and tables.token_weights is None
     module = SelectiveDistill(
-        model(cfg, tok, "draft", 2), cfg.stage, cfg.distill, model(cfg, tok, "target", 1, frozen=True),
-        model(cfg, tok, "draft", 3, frozen=True), k=0.1, always_keep=tables.always_keep,
+        ModelDraft(model(cfg, tok, "draft", 2)), cfg.stage, cfg.distill, model(cfg, tok, "target", 1, frozen=True),
+        ModelDraft(model(cfg, tok, "draft", 3, frozen=True)), k=0.1, always_keep=tables.always_keep,
     )
-    _, metrics = module.loss(batch)
-    mask, selected = module.last_selection
-    whitespace = tables.always_keep[answer_targets(batch["labels"], mask)]
+    _, metrics, outputs = module.step(batch)
+    record = outputs["selection"]
+    selected = record.selected
+    whitespace = tables.always_keep[record.answer_ids]
     with torch.no_grad():
-        ranked = select_top_k(module.token_deltas(batch)[1], 0.1)
+        ranked = select("batch", module.token_deltas(batch)[1], 0.1).selected
     assert whitespace.any() and (whitespace & ~ranked).any()  # the rule keeps tokens the top-k would drop
     assert selected[whitespace].all()
     assert torch.equal(selected, ranked | whitespace)

@@ -32,8 +32,15 @@ def test_evaluation_end_to_end(trained, capsys):
     assert {"torch", "transformers", "python", "adaspec"} <= set(results["versions"])
     target = results["target"]
     assert 0.0 <= target["gsm8k/exact_match"] <= 1.0 and target["tokens_per_s"] > 0
-    assert set(results["drafts"]) == {"k0.4", "k0.4-int8", "k1", "k1-int8"}
+    assert set(results["drafts"]) == {"k0.4", "k0.4-int8", "k1", "k1-int8", "prompt_lookup"}
+    lookup = results["drafts"]["prompt_lookup"]  # the training-free baseline row (baseline=[prompt_lookup])
+    assert lookup["draft"] == {"kind": "prompt_lookup", "parameters": 0, "max_ngram_size": 3, "min_ngram_size": 1}
+    assert lookup["greedy_mismatches"] == 0 and lookup["hf_assisted/greedy_mismatches"] == 0
+    assert lookup["acceptance_vs_gamma"]["replay_mismatches"] == 0 and lookup["speedup_vs_hf_assisted"] > 0
+    assert lookup["draft_calls"] <= 5 * lookup["blocks"] and lookup["train_seconds"] == 0
     for name, row in results["drafts"].items():
+        if name == "prompt_lookup":
+            continue
         assert 0.0 <= row["alpha"] <= 1.0 and 0.0 <= row["accept_rate"] <= row["alpha"] + 1e-12
         assert row["tau"] >= 1.0
         rejects = [row[f"reject_rate_at/{i}"] for i in range(1, 6)]
@@ -61,7 +68,7 @@ def test_evaluation_end_to_end(trained, capsys):
 
     table = (folder / "results.md").read_text()
     for column in ("alpha", "accept_rate", "tau", "speedup_vs_target", "speedup_vs_hf_assisted", "tokens/s",
-                   "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8", "best gamma"):
+                   "gsm8k/exact_match", "AdaSPEC k=0.4", "DistillSpec k=1 int8", "prompt lookup", "best gamma"):
         assert column in table
     assert table in printed  # printed at the end
     for png in ("reject_rate_curve.png", "alpha_vs_gamma.png"):

@@ -12,7 +12,8 @@ from adaspec.decoding import (
     speculative_generate,
     target_generate,
 )
-from adaspec.evaluation.replay import draft_matches, replay
+from adaspec.drafts import ModelDraft
+from adaspec.evaluation.replay import replay
 from tests.decoding.conftest import noisy_copy, tiny_model
 
 POLICIES = [
@@ -45,8 +46,8 @@ def check_replay(target, draft, ids, make_policy, eos, max_new_tokens=20):
     real = speculative_generate(target, draft, ids, gamma_policy=make_policy(), max_new_tokens=max_new_tokens,
                                 eos_token_id=eos)
     assert real.tokens == ref.tokens
-    matches = draft_matches(draft, ids, ref.tokens, vocab=64)
-    got = replay(ref.tokens, matches, policy=make_policy(), prompt_len=ids.shape[1], max_new_tokens=max_new_tokens,
+    blocks = draft.greedy_blocks(ids, ref.tokens, draft.verify_width(target.config.vocab_size))
+    got = replay(ref.tokens, blocks, policy=make_policy(), prompt_len=ids.shape[1], max_new_tokens=max_new_tokens,
                  eos_token_id=eos)
     assert got.blocks == real.blocks
     assert got.gamma_trace == real.gamma_trace
@@ -57,7 +58,7 @@ def check_replay(target, draft, ids, make_policy, eos, max_new_tokens=20):
 @pytest.mark.parametrize("make_policy", POLICIES)
 @pytest.mark.parametrize("with_eos", [False, True])
 def test_replay_equals_the_real_loop(target, make_policy, with_eos):
-    draft = noisy_copy(target, scale=0.1, seed=1)  # accepts some blocks fully, rejects at various positions
+    draft = ModelDraft(noisy_copy(target, scale=0.1, seed=1))  # accepts some blocks fully, rejects at various positions
     for seed in (1, 2):
         ids = prompt(seed)
         check_replay(target, draft, ids, make_policy, late_eos(target, ids, 8) if with_eos else None)
@@ -70,7 +71,7 @@ def test_replay_cuts_a_block_at_an_accepted_eos(target):
         ids = prompt(seed)
         eos = late_eos(target, ids, 3)
         for gamma in (2, 3, 5):
-            got = check_replay(target, target, ids, lambda g=gamma: FixedGamma(g), eos)
+            got = check_replay(target, ModelDraft(target), ids, lambda g=gamma: FixedGamma(g), eos)
             assert all(b.first_reject is None for b in got.blocks)
             truncated += got.blocks[-1].truncated
     assert truncated > 0
@@ -79,7 +80,8 @@ def test_replay_cuts_a_block_at_an_accepted_eos(target):
 def test_replay_of_a_perfect_draft_accepts_everything(target):
     ids = torch.tensor([[1, 2, 3]])
     ref = target_generate(target, ids, max_new_tokens=10, eos_token_id=None)
-    got = replay(ref.tokens, draft_matches(target, ids, ref.tokens, 64), policy=FixedGamma(3), prompt_len=3,
-                 max_new_tokens=10, eos_token_id=None)
+    draft = ModelDraft(target)
+    got = replay(ref.tokens, draft.greedy_blocks(ids, ref.tokens, draft.verify_width(target.config.vocab_size)),
+                 policy=FixedGamma(3), prompt_len=3, max_new_tokens=10, eos_token_id=None)
     assert [b.accepted for b in got.blocks] == [3, 3, 1]  # the last block is capped to the remaining tokens
     assert all(b.first_reject is None for b in got.blocks)

@@ -21,9 +21,10 @@ from adaspec.artefacts import (
 from adaspec.config_rules import validate
 from adaspec.distill.divergence import token_divergence
 from adaspec.distill.teacher import LiveTeacher
+from adaspec.drafts import ModelDraft, load_draft
 from adaspec.errors import UserError
 from adaspec.models.draft_vocab import VOCAB_FILE, DraftVocab, shrink_to_draft_vocab
-from adaspec.models.vocab import check_draft_vocab_maps, draft_vocab_of, load_draft
+from adaspec.models.vocab import check_draft_vocab_maps
 from adaspec.stages.draft_init import check_init_settings
 from adaspec.stages.teachers import SupportTeacher, for_draft
 from tests.conftest import compose_config
@@ -59,10 +60,8 @@ def save(folder, model, cfg=None):
     return folder
 
 
-def reduced(map_: DraftVocab) -> LlamaForCausalLM:
-    model = shrink_to_draft_vocab(llama(), map_)
-    model.draft_vocab = map_
-    return model
+def reduced(map_: DraftVocab) -> ModelDraft:
+    return ModelDraft(shrink_to_draft_vocab(llama(), map_), map_)
 
 
 def test_the_map_is_saved_with_the_draft_and_hashed_with_its_weights(tmp_path):
@@ -70,7 +69,7 @@ def test_the_map_is_saved_with_the_draft_and_hashed_with_its_weights(tmp_path):
     folder = save(tmp_path / "ref", reduced(vocab()))
     assert VOCAB_FILE in identity_files(folder) and VOCAB_FILE in read_meta(folder)["files"]
     loaded = load_draft(folder)
-    assert torch.equal(draft_vocab_of(loaded).draft_to_target, vocab().draft_to_target)
+    assert torch.equal(loaded.vocab.draft_to_target, vocab().draft_to_target)
     again = save(tmp_path / "again", loaded)  # a stage that trains a loaded draft saves its map again
     assert (again / VOCAB_FILE).read_text() == (folder / VOCAB_FILE).read_text()
     (folder / VOCAB_FILE).write_text((folder / VOCAB_FILE).read_text().replace("[0, 1, 2, 5,", "[0, 1, 2, 6,"))
@@ -80,7 +79,7 @@ def test_the_map_is_saved_with_the_draft_and_hashed_with_its_weights(tmp_path):
 
 def test_a_full_vocabulary_draft_has_no_map(tmp_path):
     folder = save(tmp_path / "ref", llama())
-    assert not (folder / VOCAB_FILE).exists() and draft_vocab_of(load_draft(folder)) is None
+    assert not (folder / VOCAB_FILE).exists() and load_draft(folder).vocab is None
 
 
 def test_stage_checks_accept_a_map_into_the_targets_vocabulary_and_refuse_another(tmp_path):
@@ -97,15 +96,15 @@ def test_stage_checks_accept_a_map_into_the_targets_vocabulary_and_refuse_anothe
 
 def test_the_teacher_over_the_whole_vocabulary_as_support_is_the_plain_teacher():
     teacher = LiveTeacher(None, "forward_kl", chunk_size=3)
-    assert for_draft(teacher, None) is teacher
-    support = for_draft(teacher, DraftVocab(torch.arange(V), V, 0))
+    assert for_draft(teacher, ModelDraft(llama())) is teacher
+    support = for_draft(teacher, reduced(DraftVocab(torch.arange(V), V, 0)))
     assert isinstance(support, SupportTeacher)
     torch.manual_seed(0)
     p, q = torch.randn(5, V), torch.randn(5, V)
     torch.testing.assert_close(support.divergence(p, q), token_divergence(p, q, "forward_kl"))
     # over a smaller support a draft equal to the teacher conditioned on it has divergence 0
     ids = torch.tensor([0, 3, 8, 9])
-    zero = for_draft(teacher, DraftVocab(ids, V, 0)).divergence(p, p[:, ids])
+    zero = for_draft(teacher, reduced(DraftVocab(ids, V, 0))).divergence(p, p[:, ids])
     torch.testing.assert_close(zero, torch.zeros(5), atol=1e-5, rtol=0)
 
 

@@ -3,13 +3,12 @@
 Stages 2 and 3 train a draft (stage 2's reference is one too); this callback measures it the way it
 will be used. Every `every_n_steps` optimiser steps, and once more at the end of training, it runs
 the REAL speculative decoding loop (`adaspec.decoding.speculative_generate`, greedy verification,
-fixed gamma) of `pl_module.frozen["target"]` with `pl_module.student` as the draft on a small fixed
-set of held-out prompts, and logs
+fixed gamma) of `pl_module.frozen["target"]` with `pl_module.draft` (the student as a `Draft`) on a
+small fixed set of held-out prompts, and logs
 
     monitor/alpha, monitor/accept_rate, monitor/tau, monitor/reject_rate_at/i (i = 1..gamma)
 
-(the names of `adaspec.decoding.aggregate`; a draft with a reduced vocabulary decodes through its id map,
-`draft_vocab`) to every logger of the trainer at the current global
+(the names of `adaspec.decoding.aggregate`) to every logger of the trainer at the current global
 step: `metrics.csv` and W&B. It writes through `trainer.loggers` rather than `pl_module.log`, whose
 step metrics only reach the loggers every `trainer.log_every_n_steps` steps and which cannot be
 called from `on_train_end`.
@@ -23,8 +22,7 @@ from torch import Tensor
 
 from adaspec.data.encoding import IGNORE, Encoded
 from adaspec.decoding import FixedGamma, aggregate, speculative_generate
-from adaspec.models.draft_vocab import DraftVocab
-from adaspec.models.vocab import draft_vocab_of
+from adaspec.drafts import Draft
 
 PREFIX = "monitor/"
 
@@ -44,26 +42,23 @@ def prompt_ids(examples: list[Encoded], n: int) -> list[list[int]]:
 @torch.no_grad()
 def measure_acceptance(
     target: torch.nn.Module,
-    draft: torch.nn.Module,
+    draft: Draft,
     prompts: list[Tensor],
     *,
     gamma: int,
     max_new_tokens: int,
     eos_token_id: int | None,
     num_threads: int | None = 1,
-    vocab_map: DraftVocab | None = None,
 ) -> dict[str, float]:
     """Greedy speculative decoding of every prompt ([1, T] on the models' device); the pooled statistics.
-    `eos_token_id` is a target id (the task's stop token); `vocab_map`: a reduced draft's id map.
+    `eos_token_id` is a target id (the task's stop token). The caller puts a trained draft in eval mode.
 
     On the CPU the measurement runs with `num_threads` torch threads (None: as set), restored after:
     batch-1 decoding steps of small models are dominated by per-operation overhead, which extra
     threads only add to (about 10x slower with 2 threads on a busy 2-core machine).
     """
-    was_training = draft.training
-    draft.eval()
     threads = torch.get_num_threads()
-    on_cpu = next(draft.parameters()).device.type == "cpu"
+    on_cpu = prompts[0].device.type == "cpu"
     if on_cpu and num_threads:
         torch.set_num_threads(num_threads)
     try:
@@ -75,12 +70,10 @@ def measure_acceptance(
                 gamma_policy=FixedGamma(gamma),
                 max_new_tokens=max_new_tokens,
                 eos_token_id=eos_token_id,
-                vocab_map=vocab_map,
             )
             for ids in prompts
         ]
     finally:
-        draft.train(was_training)
         torch.set_num_threads(threads)
     return aggregate(results, max_gamma=gamma)
 
@@ -116,15 +109,19 @@ class AcceptanceMonitor(pl.Callback):
     def measure(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
         step = trainer.global_step
         device = pl_module.device
-        stats = measure_acceptance(
-            pl_module.frozen["target"],
-            pl_module.student,
-            [torch.tensor([p], device=device) for p in self.prompts],
-            gamma=self.gamma,
-            max_new_tokens=self.max_new_tokens,
-            eos_token_id=self.eos_token_id,
-            vocab_map=draft_vocab_of(pl_module.student),
-        )
+        was_training = pl_module.student.training
+        pl_module.student.eval()
+        try:
+            stats = measure_acceptance(
+                pl_module.frozen["target"],
+                pl_module.draft,
+                [torch.tensor([p], device=device) for p in self.prompts],
+                gamma=self.gamma,
+                max_new_tokens=self.max_new_tokens,
+                eos_token_id=self.eos_token_id,
+            )
+        finally:
+            pl_module.student.train(was_training)
         keys = ["alpha", "accept_rate", "tau", *(f"reject_rate_at/{i}" for i in range(1, self.gamma + 1))]
         metrics = {PREFIX + key: float(stats[key]) for key in keys}
         for logger in trainer.loggers:

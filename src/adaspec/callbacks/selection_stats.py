@@ -1,8 +1,8 @@
 """Which tokens stage 3 trains on: the most often selected and the most often filtered answer tokens.
 
 Counts every answer token of every training batch by its label id, split by whether the selection kept
-it (`pl_module.last_selection`, set by SelectiveDistill.loss), and at the end of training writes the top
-`top_n` of each to `<out_dir>/selected_tokens.json` and `.md` and, when a W&B logger is attached, logs
+it (the step's `SelectionRecord`, handed to the callbacks by SelectiveDistill.step), and at the end of
+training writes the top `top_n` of each to `<out_dir>/selected_tokens.json` and `.md` and, when a W&B logger is attached, logs
 them as the tables `selection/most_selected` and `selection/most_filtered`.
 """
 
@@ -17,7 +17,6 @@ from lightning.pytorch.loggers import WandbLogger
 from transformers import PreTrainedTokenizerBase
 
 from adaspec.distill.token_classes import CLASS_NAMES, classify_text
-from adaspec.distill.tokens import answer_targets
 
 STATS_NAME = "selected_tokens"
 COLUMNS = ("rank", "token", "id", "class", "selected", "filtered", "selected_share")
@@ -30,7 +29,6 @@ class SelectionStats(pl.Callback):
         self.top_n = top_n
         self.selected = torch.zeros(len(tokenizer), dtype=torch.long)
         self.filtered = torch.zeros(len(tokenizer), dtype=torch.long)
-        self._seen: object = None
 
     def _add(self, counts: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         new = torch.bincount(ids.cpu(), minlength=len(counts))
@@ -40,12 +38,10 @@ class SelectionStats(pl.Callback):
         return counts
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        last = getattr(pl_module, "last_selection", None)
-        if last is None or last is self._seen:
+        record = (outputs or {}).get("selection")
+        if record is None:
             return
-        self._seen = last
-        mask, selected = last
-        ids = answer_targets(getattr(pl_module, "last_labels", batch["labels"]), mask)
+        ids, selected = record.answer_ids, record.selected
         self.selected = self._add(self.selected, ids[selected])
         self.filtered = self._add(self.filtered, ids[~selected])
 

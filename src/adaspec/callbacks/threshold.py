@@ -21,14 +21,15 @@ import logging
 import lightning.pytorch as pl
 import torch
 
-from adaspec.distill.selection import threshold_for_fraction
+from adaspec.distill.selection import SelectionRecord, threshold_for_fraction
 
 log = logging.getLogger(__name__)
 
 
 class ThresholdRefresh(pl.Callback):
-    """Sets `pl_module.threshold` at the start of training, moves it after every batch and recalibrates it
-    every `every_n_steps` optimiser steps.
+    """Sets the rule's threshold (`pl_module.selection_state.threshold`) at the start of training, moves it
+    after every batch (from the step's selection record) and recalibrates it every `every_n_steps` optimiser
+    steps.
 
     The calibration batches come from `calibration_loader`, a loader of its own, so that the
     training data order is the same as with the other selection modes.
@@ -51,43 +52,44 @@ class ThresholdRefresh(pl.Callback):
                 break
             batch = {name: t.to(pl_module.device) for name, t in batch.items()}
             deltas.append(pl_module.token_deltas(batch)[1].cpu())
-        pl_module.threshold = threshold_for_fraction(torch.cat(deltas), pl_module.current_k())
+        state = pl_module.selection_state
+        state.threshold = threshold_for_fraction(torch.cat(deltas), pl_module.current_k())
         pl_module.student.train(was_training)
-        log.info("selection threshold recalibrated to %.4f at step %d", pl_module.threshold, pl_module.global_step)
+        log.info("selection threshold recalibrated to %.4f at step %d", state.threshold, pl_module.global_step)
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if pl_module.threshold is None:  # a resumed run keeps the threshold from its checkpoint
+        if pl_module.selection_state.threshold is None:  # a resumed run keeps the threshold from its checkpoint
             self.refresh(pl_module)
             self._log_refresh(trainer, pl_module)
 
-    def track(self, trainer, pl_module) -> bool:
-        """Move the threshold towards the last batch's (1 - k) quantile of dL, or reset it to that quantile
-        when it selected a fraction outside the band on any rank. True when it was reset."""
-        delta = pl_module.last_delta
-        if delta is None or delta.numel() == 0 or pl_module.threshold is None:
+    def track(self, trainer, pl_module, record: SelectionRecord | None) -> bool:
+        """Move the threshold towards the batch's (1 - k) quantile of dL, or reset it to that quantile when
+        it selected a fraction outside the band on any rank. True when it was reset."""
+        state = pl_module.selection_state
+        if record is None or record.delta.numel() == 0 or state.threshold is None:
             return False
-        cut = torch.tensor(threshold_for_fraction(delta, pl_module.current_k()), device=pl_module.device)
+        cut = torch.tensor(threshold_for_fraction(record.delta, pl_module.current_k()), device=pl_module.device)
         cut = float(trainer.strategy.reduce(cut, reduce_op="mean"))
-        reset = trainer.strategy.reduce_boolean_decision(bool(pl_module.out_of_band), all=False)
+        reset = trainer.strategy.reduce_boolean_decision(bool(record.out_of_band), all=False)
         if reset:
-            pl_module.threshold = cut
+            state.threshold = cut
         elif self.ema > 0:
-            pl_module.threshold = (1 - self.ema) * pl_module.threshold + self.ema * cut
+            state.threshold = (1 - self.ema) * state.threshold + self.ema * cut
         return reset
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        reset = self.track(trainer, pl_module)
+        reset = self.track(trainer, pl_module, (outputs or {}).get("selection"))
         step = trainer.global_step
         # with gradient accumulation the step repeats over its micro-batches: recalibrate once
         if step > 0 and step % self.every_n_steps == 0 and step != self._refreshed_at:
             self._refreshed_at = step
             self.refresh(pl_module)
         elif reset:
-            log.info("selection threshold reset to the batch's cut %.4f at step %d", pl_module.threshold, step)
+            log.info("selection threshold reset to the batch's cut %.4f at step %d", pl_module.selection_state.threshold, step)
         else:
             return
         self._log_refresh(trainer, pl_module)
 
     def _log_refresh(self, trainer, pl_module) -> None:
         for logger in trainer.loggers:
-            logger.log_metrics({"train/threshold_refresh": float(pl_module.threshold)}, step=trainer.global_step)
+            logger.log_metrics({"train/threshold_refresh": float(pl_module.selection_state.threshold)}, step=trainer.global_step)

@@ -1,8 +1,9 @@
 """The draft/target cost ratio c, measured so that two drafts of one architecture get the same answer.
 
-One timed call is one cached single-token forward after a held-out prompt: what a decoding step
-costs. For each prompt every model prefills once; then each round times the target and every draft
-back to back (in a rotating order) and crops their caches back, so every call sees the same context.
+One timed call is one cached single-token forward of the target, or one proposal of a draft
+(`adaspec.drafts.Draft`), after a held-out prompt: what a decoding step costs. For each prompt every
+model prefills once; then each round times the target and every draft back to back (in a rotating order)
+and crops their caches back, so every call sees the same context.
 A draft's sample is its time over the target's time in the same round, and c is the median of these
 paired ratios over all rounds of all prompts (the same prompts for every draft), after warm-up rounds.
 
@@ -25,7 +26,8 @@ from dataclasses import asdict, dataclass
 import torch
 from transformers import DynamicCache
 
-from adaspec.decoding.speculative import _crop_cache, _forward
+from adaspec.decoding.kv import crop_cache, forward
+from adaspec.drafts import Draft
 
 CALLS_PER_PROMPT = 16  # timed calls of each model per prompt (64 over the 4 prompts diagnose uses)
 WARMUP_CALLS = 4  # untimed rounds per prompt first (allocator, caches, lazy init)
@@ -78,7 +80,7 @@ def summarise(ratios: list[float], threads: int, clock: str) -> CostRatio:
 @torch.inference_mode()
 def measure_cost_ratios(
     target,
-    drafts: dict[str, torch.nn.Module],
+    drafts: dict[str, Draft],
     prompts: list[torch.Tensor],
     calls_per_prompt: int = CALLS_PER_PROMPT,
     warmup_calls: int = WARMUP_CALLS,
@@ -88,22 +90,18 @@ def measure_cost_ratios(
         return {}
     on_gpu = prompts[0].is_cuda
     clock = "wall time" if on_gpu else "thread CPU time"
-    models = [target, *drafts.values()]
     saved_threads = torch.get_num_threads()
     threads = saved_threads if on_gpu else 1
     torch.set_num_threads(threads)
     ratios: list[list[float]] = [[] for _ in drafts]
     try:
         for prompt in prompts:
-            context = prompt.shape[1] - 1
-            caches = [DynamicCache(config=m.config) for m in models]
-            for model, cache in zip(models, caches, strict=True):
-                _forward(model, prompt[:, :-1], cache)
+            steps, rollbacks = prefilled_calls(target, list(drafts.values()), prompt)
             for call in range(warmup_calls + calls_per_prompt):
-                seconds = [0.0] * len(models)
-                for i in [(call + j) % len(models) for j in range(len(models))]:
-                    seconds[i] = timed_step(models[i], prompt[:, -1:], caches[i], on_gpu)
-                    _crop_cache(caches[i], context)
+                seconds = [0.0] * len(steps)
+                for i in [(call + j) % len(steps) for j in range(len(steps))]:
+                    seconds[i] = timed(steps[i], on_gpu)
+                    rollbacks[i]()
                 if call >= warmup_calls:
                     for d, draft_seconds in enumerate(seconds[1:]):
                         ratios[d].append(draft_seconds / max(seconds[0], 1e-9))
@@ -112,14 +110,29 @@ def measure_cost_ratios(
     return {name: summarise(r, threads, clock) for name, r in zip(drafts, ratios, strict=True)}
 
 
-def timed_step(model, token: torch.Tensor, cache: DynamicCache, on_gpu: bool) -> float:
-    """Seconds of one cached single-token forward (CPU time of this thread on CPU)."""
+def prefilled_calls(target, drafts: list[Draft], prompt: torch.Tensor) -> tuple[list, list]:
+    """For the target and each draft, prefilled on all of `prompt` but its last token: a call that makes one
+    step on that last token, and one that undoes it."""
+    context = prompt.shape[1] - 1
+    cache = DynamicCache(config=target.config)
+    forward(target, prompt[:, :-1], cache)
+    steps = [lambda: forward(target, prompt[:, -1:], cache, logits_to_keep=1)]
+    rollbacks = [lambda: crop_cache(cache, context)]
+    for draft in drafts:
+        session = draft.start(prompt, draft.verify_width(target.config.vocab_size))
+        steps.append(lambda s=session: s.propose(prompt[0], 1, 0.0, None))
+        rollbacks.append(lambda s=session: s.rollback(context))
+    return steps, rollbacks
+
+
+def timed(call, on_gpu: bool) -> float:
+    """Seconds of `call()` (CPU time of this thread on CPU)."""
     if on_gpu:
         torch.cuda.synchronize()
         start = time.perf_counter()
-        _forward(model, token, cache, logits_to_keep=1)
+        call()
         torch.cuda.synchronize()
         return time.perf_counter() - start
     start = time.thread_time()
-    _forward(model, token, cache, logits_to_keep=1)
+    call()
     return time.thread_time() - start

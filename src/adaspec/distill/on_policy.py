@@ -14,10 +14,9 @@ optimiser step, so a resumed run draws the same as an uninterrupted one.
 from __future__ import annotations
 
 import torch
-from transformers import PreTrainedModel
 
 from adaspec.data.encoding import IGNORE, Encoded, collate, left_padded
-from adaspec.models.vocab import draft_vocab_of
+from adaspec.drafts import ModelDraft
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:
@@ -45,7 +44,7 @@ def batch_prompts(batch: dict[str, torch.Tensor]) -> list[list[int]]:
 
 @torch.no_grad()
 def student_continuations(
-    student: PreTrainedModel,
+    student: ModelDraft,
     batch: dict[str, torch.Tensor],
     *,
     stop_id: int,
@@ -58,26 +57,22 @@ def student_continuations(
     reduced draft samples in its own ids, mapped back). Labels are the sampled tokens, up to and including
     the stop token when it was sampled."""
     prompts = batch_prompts(batch)
-    vocab = draft_vocab_of(student)
     device = batch["input_ids"].device
     ids, mask = left_padded(prompts, pad_id, device)
     width = ids.shape[1]
-    stop, pad = stop_id, pad_id
-    if vocab is not None:
-        vocab = vocab.to(device)
-        ids = vocab.to_draft(ids)
-        stop, pad = (int(vocab.to_draft(torch.tensor([t], device=device))) for t in (stop_id, pad_id))
-    was_training = student.training
-    student.eval()
+    ids = student.to_draft_ids(ids)
+    stop, pad = (int(student.to_draft_ids(torch.tensor([t], device=device))) for t in (stop_id, pad_id))
+    model = student.model
+    was_training = model.training
+    model.eval()
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(int(torch.randint(2**62, (), generator=step_generator(seed, step))))
-        out = student.generate(
+        out = model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0,
             top_k=0, top_p=1.0, eos_token_id=stop, pad_token_id=pad,
         )[:, width:]
-    student.train(was_training)
-    if vocab is not None:
-        out = vocab.to_target(out)
+    model.train(was_training)
+    out = student.to_target_ids(out)
     rows = []
     for i, (prompt, generated) in enumerate(zip(prompts, out.tolist(), strict=True)):
         answer = generated[: generated.index(stop_id) + 1] if stop_id in generated else generated

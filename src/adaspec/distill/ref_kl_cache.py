@@ -30,14 +30,15 @@ def load_ref_kl(folder: Path, identity: dict[str, str]) -> np.ndarray | None:
 
 @torch.no_grad()
 def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, str], *, batch_size: int, pad_id: int) -> np.ndarray:
-    device = next(reference.parameters()).device
+    """The reference draft's (`adaspec.drafts.ModelDraft`) per-token divergence from `teacher` on `encoded`."""
+    device = next(reference.model.parameters()).device
     pieces: list[np.ndarray] = []
     rows_seen: list[np.ndarray] = []
     for start in tqdm(range(0, len(encoded), batch_size), desc="reference KL cache"):
         batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
         mask = answer_mask(batch["labels"])
         signal = teacher.signal(batch, mask)
-        logits = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = reference.logits(batch["input_ids"], attention_mask=batch["attention_mask"])
         pieces.append(teacher.divergence(signal, answer_logits(logits, mask)).float().cpu().numpy())
         rows_seen.append(signal.rows)
     values = np.zeros(teacher.cache.meta["rows"], dtype=np.float32)

@@ -1,5 +1,10 @@
 """Which answer tokens stage 3 trains on: the top-k fraction by dL = L_draft - L_ref.
 
+Every rule is one function registered by name in `RULES` (the config's `distill.selection` choices come
+from it): from the per-token dL [N], the answer mask [B, T-1] and k, plus a `SelectionState` for what a
+rule reads beyond them, to a `SelectionRecord` of the tokens it kept, their weights and the cut it made.
+Callbacks read the record (a training step's output), never attributes of the module.
+
 - batch: `select_top_k` picks exactly ceil(k * n) tokens out of n (at least one), so the selected fraction
   is exact even when many dL values tie; ties go to the earlier token.
 - quantile: the official AdaSPEC rule, every token with dL >= torch.quantile(dL, 1 - k) over the
@@ -15,10 +20,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-
-from adaspec.config import Selection
 
 
 def n_selected(n: int, k: float) -> int:
@@ -91,38 +96,113 @@ def soft_selection_weights(delta: torch.Tensor, k: float, temperature: float) ->
     return weights * (m / weights.sum())
 
 
-def select_top_k(
-    delta: torch.Tensor,
-    k: float,
-    mode: str | Selection = Selection.batch,
-    sequence_ids: torch.Tensor | None = None,
-    threshold: float | None = None,
-) -> torch.Tensor:
-    """Boolean mask over the N answer tokens in `delta` ([N]).
+@dataclass
+class SelectionState:
+    """What a rule reads beyond dL, the mask and k."""
 
-    batch: top-k over all N tokens. quantile: dL >= torch.quantile(dL, 1 - k). sequence: top-k within
-    each sequence (`sequence_ids` [N]). global: every token with dL >= `threshold`. soft: the hard top-k
-    that its weights centre on (the mask the selection statistics count).
-    """
-    mode = mode.value if isinstance(mode, Selection) else str(mode)
+    threshold: float | None = None  # global: the threshold shared by the batches (ThresholdRefresh moves it)
+    temperature: float = 0.05  # soft: distill.soft_temperature
+    # batch under distill.global_quantile with several devices: every device's dL, concatenated
+    gather: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+@dataclass
+class SelectionRecord:
+    """What a rule did to one batch: the tokens it kept ([N] bool: the mask the statistics count), their
+    weights ([N] float, None for 0/1), the dL of its cut (nan when it kept nothing), whether a shared
+    threshold left its band (global: reset it), the dL it ranked and the label ids of the N tokens."""
+
+    selected: torch.Tensor
+    weights: torch.Tensor | None
+    threshold: float
+    delta: torch.Tensor
+    out_of_band: bool = False
+    answer_ids: torch.Tensor | None = None
+
+
+Rule = Callable[[torch.Tensor, torch.Tensor | None, float, SelectionState], SelectionRecord]
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _record(delta: torch.Tensor, selected: torch.Tensor, cut: float | None, **rest) -> SelectionRecord:
+    if cut is None:
+        cut = float(delta[selected].min()) if selected.any() else float("nan")
+    return SelectionRecord(selected=selected, threshold=cut, delta=delta, **{"weights": None, **rest})
+
+
+def _everything(delta: torch.Tensor) -> SelectionRecord:
+    return _record(delta, torch.ones_like(delta, dtype=torch.bool), None)
+
+
+@rule("batch")
+def batch_rule(delta, mask, k, state) -> SelectionRecord:
+    """Exactly the top ceil(k N) of the batch's N tokens. Under distill.global_quantile (`state.gather`):
+    every token at or above the cut of all devices' tokens, held to the band of `global`."""
     if k >= 1.0:
-        return torch.ones_like(delta, dtype=torch.bool)
-    if mode in (Selection.batch.value, Selection.soft.value):
-        return _top_k_mask(delta, k)
-    if mode == Selection.quantile.value:
-        if delta.numel() == 0:
-            return torch.zeros_like(delta, dtype=torch.bool)
-        return delta.float() >= quantile_threshold(delta, k)
-    if mode == Selection.sequence.value:
-        if sequence_ids is None:
-            raise ValueError("selection=sequence needs sequence_ids")
-        mask = torch.zeros_like(delta, dtype=torch.bool)
-        for seq in torch.unique(sequence_ids):
-            rows = (sequence_ids == seq).nonzero(as_tuple=True)[0]
-            mask[rows] = _top_k_mask(delta[rows], k)
-        return mask
-    if mode == Selection["global"].value:  # `global` is a Python keyword: no attribute access
-        if threshold is None:
-            raise ValueError("selection=global needs a threshold; the ThresholdRefresh callback sets it")
-        return delta >= threshold
-    raise ValueError(f"unknown selection mode {mode!r}; allowed: {[s.value for s in Selection]}")
+        return _everything(delta)
+    if state.gather is not None:
+        cut, out_of_band = global_cut(delta, k, threshold_for_fraction(state.gather(delta), k))
+        return _record(delta, delta >= cut, cut, out_of_band=out_of_band)
+    return _record(delta, _top_k_mask(delta, k), None)
+
+
+@rule("sequence")
+def sequence_rule(delta, mask, k, state) -> SelectionRecord:
+    """The batch rule within each sequence (a row of `mask`)."""
+    if k >= 1.0:
+        return _everything(delta)
+    if mask is None:
+        raise ValueError("selection=sequence needs the answer mask")
+    sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
+    selected = torch.zeros_like(delta, dtype=torch.bool)
+    for seq in torch.unique(sequence_ids):
+        rows = (sequence_ids == seq).nonzero(as_tuple=True)[0]
+        selected[rows] = _top_k_mask(delta[rows], k)
+    return _record(delta, selected, None)
+
+
+@rule("global")
+def global_rule(delta, mask, k, state) -> SelectionRecord:
+    """Every token with dL >= the shared `state.threshold`, unless it would select a fraction outside
+    `fraction_band(k)`: then the batch's own top-k cut, and `out_of_band` tells ThresholdRefresh to reset."""
+    if k >= 1.0:
+        return _everything(delta)
+    if state.threshold is None:
+        raise ValueError("selection=global needs a threshold; the ThresholdRefresh callback sets it")
+    cut, out_of_band = global_cut(delta, k, state.threshold)
+    return _record(delta, delta >= cut, cut, out_of_band=out_of_band)
+
+
+@rule("quantile")
+def quantile_rule(delta, mask, k, state) -> SelectionRecord:
+    """The official code's rule: dL >= torch.quantile(dL, 1 - k), ties kept."""
+    if k >= 1.0 or delta.numel() == 0:
+        return _everything(delta)
+    cut = quantile_threshold(delta, k)
+    return _record(delta, delta.float() >= cut, float(cut))
+
+
+@rule("soft")
+def soft_rule(delta, mask, k, state) -> SelectionRecord:
+    """Weights from the rank of dL (`soft_selection_weights`); `selected` is the hard top-k they centre on."""
+    if k >= 1.0:
+        return _everything(delta)
+    weights = soft_selection_weights(delta, k, state.temperature)
+    return _record(delta, _top_k_mask(delta, k), None, weights=weights)
+
+
+def select(
+    name: str, delta: torch.Tensor, k: float, mask: torch.Tensor | None = None, state: SelectionState | None = None
+) -> SelectionRecord:
+    """Rule `name` applied to `delta` ([N]); `mask` [B, T-1] says which sequence each token is in."""
+    if name not in RULES:
+        raise ValueError(f"unknown selection rule {name!r}; allowed: {sorted(RULES)}")
+    return RULES[name](delta, mask, k, state or SelectionState())

@@ -20,16 +20,17 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult, Policy, speculative_generate, target_generate
+from adaspec.drafts import Draft
 from adaspec.evaluation.hf_assisted import hf_assisted_generate
-from adaspec.models.draft_vocab import DraftVocab
 
 
 @dataclass
-class Draft:
-    name: str  # row name in the results, e.g. "k0.4" or "k0.4-int8"
-    model: PreTrainedModel
-    compare_hf: bool = True  # also time HF assisted generation with this draft
-    vocab_map: DraftVocab | None = None  # a draft with a reduced vocabulary: its id map
+class Entry:
+    """One row of the comparison: a draft under a name (and optionally its own gamma policy)."""
+
+    name: str  # row name in the results, e.g. "k0.4", "k0.4-int8" or "prompt_lookup"
+    draft: Draft
+    compare_hf: bool = True  # also time HF assisted generation with this draft (where HF can run it)
     policy: Callable[[], Policy] | None = None  # this entry's gamma policy instead of benchmark's make_policy
     hf_gamma: int | None = None  # this entry's HF assisted gamma instead of benchmark's gamma
 
@@ -53,7 +54,7 @@ def _timed(run: Callable[[], GenerationResult], device: torch.device) -> Generat
 
 def benchmark(
     target: PreTrainedModel,
-    drafts: list[Draft],
+    drafts: list[Entry],
     prompts: list[Tensor],
     *,
     make_policy: Callable[[], Policy],
@@ -68,11 +69,14 @@ def benchmark(
 ) -> Measurements:
     """Generate from every prompt ([1, T] on the models' device) with each method; see the module docstring.
 
-    `make_policy()` gives our engine its gamma policy and HF assisted generation a constant `gamma`, unless
-    a draft entry names its own (`Draft.policy`, `Draft.hf_gamma`: one model under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
+    HF assisted generation runs only for entries with `compare_hf` whose draft HF can run
+    (`Draft.hf_assisted_kwargs`). `make_policy()` gives our engine its gamma policy and HF assisted generation a constant `gamma`, unless
+    an entry names its own (`Entry.policy`, `Entry.hf_gamma`: one draft under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
     prompt's index.
     """
     device = prompts[0].device
+    drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.draft.hf_assisted_kwargs(gamma) is not None)
+              for e in drafts]
 
     def generator(i: int) -> torch.Generator | None:
         return torch.Generator(device=device).manual_seed(seed + i) if temperature > 0 else None
@@ -81,15 +85,15 @@ def benchmark(
         return target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                                temperature=temperature, generator=generator(i))
 
-    def run_ours(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
-        return speculative_generate(target, draft.model, ids, gamma_policy=(draft.policy or make_policy)(),
+    def run_ours(entry: Entry, ids: Tensor, i: int) -> GenerationResult:
+        return speculative_generate(target, entry.draft, ids, gamma_policy=(entry.policy or make_policy)(),
                                     max_new_tokens=max_new_tokens,
-                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i),
-                                    vocab_map=draft.vocab_map)
+                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i))
 
-    def run_hf(draft: Draft, ids: Tensor, i: int) -> GenerationResult:
+    def run_hf(draft: Entry, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator
-        return hf_assisted_generate(target, draft.model, ids, gamma=draft.hf_gamma or gamma, max_new_tokens=max_new_tokens,
+        return hf_assisted_generate(target, draft.draft, ids, gamma=draft.hf_gamma or gamma,
+                                    max_new_tokens=max_new_tokens,
                                     eos_token_id=eos_token_id, pad_token_id=pad_token_id, temperature=temperature)
 
     # Warm-up: first calls pay for lazy initialisation (kernels, allocator, caches).

@@ -8,45 +8,45 @@ import time
 import torch
 from transformers import DynamicCache
 
-from adaspec.decoding.speculative import _forward
-from adaspec.models.draft_vocab import DraftVocab
+from adaspec.decoding.kv import forward
+from adaspec.drafts import Draft
+from adaspec.drafts.base import sync
 
 
 @torch.inference_mode()
-def forward_seconds(
-    model, prompt: torch.Tensor, n_tokens: int = 1, repeats: int = 30, vocab_map: DraftVocab | None = None
-) -> float:
-    """Median seconds of one forward of the last `n_tokens` of `prompt` (target ids) on top of the cached
-    rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1).
-    `vocab_map`: `model` is a draft with a reduced vocabulary, which reads the prompt in draft ids."""
-    if vocab_map is not None:
-        prompt = vocab_map.to(prompt.device).to_draft(prompt)
+def forward_seconds(model, prompt: torch.Tensor, n_tokens: int = 1, repeats: int = 30) -> float:
+    """Median seconds of one forward of the target `model` over the last `n_tokens` of `prompt` on top of
+    the cached rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1)."""
     context, new = prompt[:, :-n_tokens], prompt[:, -n_tokens:]
     times = []
     for _ in range(repeats):
         cache = DynamicCache(config=model.config)
-        _forward(model, context, cache, logits_to_keep=1)
-        if prompt.is_cuda:
-            torch.cuda.synchronize()
+        forward(model, context, cache, logits_to_keep=1)
+        sync(prompt)
         start = time.perf_counter()
-        _forward(model, new, cache, logits_to_keep=n_tokens)
-        if prompt.is_cuda:
-            torch.cuda.synchronize()
+        forward(model, new, cache, logits_to_keep=n_tokens)
+        sync(prompt)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def cost_ratio(draft, target, prompt: torch.Tensor, vocab_map: DraftVocab | None = None) -> float:
-    return forward_seconds(draft, prompt, vocab_map=vocab_map) / forward_seconds(target, prompt)
+@torch.inference_mode()
+def draft_seconds(draft: Draft, target, prompt: torch.Tensor, repeats: int = 30) -> float:
+    """Median seconds of one proposal of `draft` for `target` on top of the cached `prompt`."""
+    return draft.step_seconds(prompt, draft.verify_width(target.config.vocab_size), repeats)
 
 
-def call_costs(target, drafts: dict[str, tuple], prompt: torch.Tensor, gammas: list[int]) -> dict:
+def cost_ratio(draft: Draft, target, prompt: torch.Tensor) -> float:
+    return draft_seconds(draft, target, prompt) / forward_seconds(target, prompt)
+
+
+def call_costs(target, drafts: dict[str, Draft], prompt: torch.Tensor, gammas: list[int]) -> dict:
     """Median seconds of the calls a block makes: the target's one-token step and its verification of
-    gamma + 1 tokens (each gamma), each draft's one-token step (`drafts`: name -> (model, vocab_map))."""
+    gamma + 1 tokens (each gamma), each draft's one proposal (`drafts`: name -> Draft)."""
     return {
         "target_1_s": forward_seconds(target, prompt),
         "target_verify_s": {str(g): forward_seconds(target, prompt, g + 1) for g in gammas},
-        "draft_1_s": {name: forward_seconds(model, prompt, vocab_map=vm) for name, (model, vm) in drafts.items()},
+        "draft_1_s": {name: draft_seconds(draft, target, prompt) for name, draft in drafts.items()},
     }
 
 

@@ -9,7 +9,8 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult
-from adaspec.models.draft_vocab import require_full_vocabulary
+from adaspec.drafts import Draft
+from adaspec.errors import UserError
 
 
 def configure_assistant(draft: PreTrainedModel, gamma: int) -> None:
@@ -28,7 +29,7 @@ def configure_assistant(draft: PreTrainedModel, gamma: int) -> None:
 @torch.inference_mode()
 def hf_assisted_generate(
     target: PreTrainedModel,
-    draft: PreTrainedModel,
+    draft: Draft,
     input_ids: Tensor,
     *,
     gamma: int,
@@ -37,22 +38,29 @@ def hf_assisted_generate(
     pad_token_id: int | None,
     temperature: float = 0.0,
 ) -> GenerationResult:
-    """`target.generate(..., assistant_model=draft)` of `input_ids [1, T]`; the new tokens, EOS included.
+    """`target.generate` with `draft` as HF runs it (`assistant_model=`, or `prompt_lookup_num_tokens=` for
+    prompt lookup) on `input_ids [1, T]`; the new tokens, EOS included.
 
     Greedy (`do_sample=False`) when `temperature == 0`, else plain sampling at `temperature` (no top-k
     or top-p). HF does not report its forward passes, so `target_calls` is 0; `wall_time_s` is the
     time of the `generate` call. `eos_token_id` is the task's stop token (a chat template's end of turn).
-    A draft with a reduced vocabulary is refused: HF would feed its ids to the target unmapped (the
-    evaluation skips this comparison for such a draft).
+    A draft HF cannot run (`Draft.hf_assisted_kwargs` is None: a reduced vocabulary, whose ids HF would
+    feed to the target unmapped) is refused; the evaluation skips this comparison for it.
     """
-    require_full_vocabulary(draft, "HF assisted generation")
-    configure_assistant(draft, gamma)
+    assisted = draft.hf_assisted_kwargs(gamma)
+    if assisted is None:
+        raise UserError(
+            f"HF assisted generation cannot run this {draft.kind} draft (a reduced vocabulary: HF would feed its "
+            f"ids to the target unmapped); use the project's speculative decoding, or a full-vocabulary draft"
+        )
+    if "assistant_model" in assisted:
+        configure_assistant(assisted["assistant_model"], gamma)
     sampling = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     start = time.perf_counter()
     out = target.generate(
         input_ids,
         attention_mask=torch.ones_like(input_ids),
-        assistant_model=draft,
+        **assisted,
         max_new_tokens=max_new_tokens,
         min_new_tokens=0,
         eos_token_id=eos_token_id,

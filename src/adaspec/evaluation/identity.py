@@ -3,7 +3,7 @@
 A results folder (`eval/<setting>[-<eval.name>]`) holds one evaluation. Its results.json records the
 `identity` of that evaluation: the config that changes its numbers (`eval` less its name, `decode`,
 `task`, `seed`, the attention implementation, the device) and the weights hashes of the target and
-of each draft. A rerun with the same identity is skipped unless `overwrite=true`; another identity at
+of each draft, and the training-free drafts (`baseline`) evaluated beside them. A rerun with the same identity is skipped unless `overwrite=true`; another identity at
 the same folder is refused, naming what differs, as the stages refuse another config.
 """
 
@@ -37,6 +37,8 @@ def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, 
         "device": device,
         "weights": weights,
     }
+    if config.get("baseline"):  # training-free drafts evaluated beside the trained ones (none before they existed)
+        identity["baseline"] = config["baseline"]
     identity = json.loads(json.dumps(jsonable(identity), sort_keys=True))  # as it reads back from the file
     identity["fingerprint"] = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     return identity

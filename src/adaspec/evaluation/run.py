@@ -1,8 +1,8 @@
 """`python -m adaspec.evaluate`: speculative decoding of the target with each trained draft.
 
 For every k in `eval.draft_ks` (the draft at `paths.draft_dir(cfg, k)`; by default AdaSPEC k=0.4 and
-the DistillSpec baseline k=1) and, with `decode.draft_quant=int8`, its int8 copy, on the first
-`eval.n_prompts` test prompts of the task:
+the DistillSpec baseline k=1), with `decode.draft_quant=int8` its int8 copy, and every training-free
+draft of the `baseline` group (default: prompt lookup), on the first `eval.n_prompts` test prompts:
 
 1. time target-only decoding, our `speculative_generate` with the `decode` settings, and Hugging
    Face assisted generation with a constant gamma (`adaspec.evaluation.benchmark`; skipped, with a note,
@@ -42,13 +42,13 @@ from adaspec.decoding import (
     FixedGamma,
     GenerationResult,
     build_gamma_policy,
-    quantize_draft_int8,
     speculative_generate,
     target_generate,
 )
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
+from adaspec.drafts import Draft, build_baseline, load_draft
 from adaspec.errors import UserError
-from adaspec.evaluation.benchmark import Draft, Measurements, benchmark
+from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
 from adaspec.evaluation.cost import call_costs, expected_speedups
 from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.plots import (
@@ -57,15 +57,13 @@ from adaspec.evaluation.plots import (
     plot_alpha_vs_gamma,
     plot_rejection_curves,
 )
-from adaspec.evaluation.replay import draft_matches, replay
+from adaspec.evaluation.replay import replay
 from adaspec.evaluation.report import RESULTS_JSON, results_markdown, write_results
 from adaspec.evaluation.sandbox import isolation_summary
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.wandb_log import log_to_wandb
 from adaspec.models.build import load_model, n_params
-from adaspec.models.draft_vocab import DraftVocab
-from adaspec.models.vocab import draft_vocab_of, load_draft
 from adaspec.toolkit import device_for
 
 
@@ -142,23 +140,20 @@ def _texts(tokenizer, results: list[GenerationResult]) -> list[str]:
 def replayer(
     cfg: DictConfig,
     target,
-    draft,
+    draft: Draft,
     prompts: list[torch.Tensor],
     target_results: list[GenerationResult],
     eos_token_id: int | None,
-    vocab_map: DraftVocab | None = None,
 ) -> Callable[[Any, int], GenerationResult]:
     """`replayed(policy, i)`: the greedy run of `draft` with `policy` on prompt i, replayed exactly from the
-    target's greedy output there (one draft forward per prompt, made here)."""
-    vocab = min(target.config.vocab_size, draft.config.vocab_size)
-    matches = [
-        draft_matches(draft, ids, r.tokens, vocab, vocab_map) for ids, r in zip(prompts, target_results, strict=True)
-    ]
+    target's greedy output there (for a model draft, one forward per prompt, made here)."""
+    width = draft.verify_width(target.config.vocab_size)
+    blocks = [draft.greedy_blocks(ids, r.tokens, width) for ids, r in zip(prompts, target_results, strict=True)]
 
     def replayed(policy, i: int) -> GenerationResult:
         return replay(
             target_results[i].tokens,
-            matches[i],
+            blocks[i],
             policy=policy,
             prompt_len=prompts[i].shape[1],
             max_new_tokens=cfg.decode.max_new_tokens,
@@ -171,11 +166,10 @@ def replayer(
 def acceptance_vs_gamma(
     cfg: DictConfig,
     target,
-    draft,
+    draft: Draft,
     prompts: list[torch.Tensor],
     measured: list[GenerationResult],
     eos_token_id: int | None,
-    vocab_map: DraftVocab | None = None,
     replayed: Callable[[Any, int], GenerationResult] | None = None,
 ) -> dict[str, Any]:
     """alpha, accept_rate, tau for each fixed gamma of `eval.gammas`.
@@ -207,7 +201,6 @@ def acceptance_vs_gamma(
                 eos_token_id=eos_token_id,
                 temperature=decode.temperature,
                 generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i),
-                vocab_map=vocab_map,
             )
             for i, ids in enumerate(subset)
         ]
@@ -220,7 +213,7 @@ def summarise(
     examples: list[Example],
     tokenizer,
     target,
-    drafts: list[Draft],
+    drafts: list[Entry],
     prompts: list[torch.Tensor],
     m: Measurements,
     draft_info: dict[str, dict[str, Any]],
@@ -245,7 +238,7 @@ def summarise(
     rows: dict[str, dict[str, Any]] = {}
     for draft in drafts:
         measured = m.speculative[draft.name]  # the timed prompts
-        replayed = replayer(cfg, target, draft.model, prompts, m.target, eos, draft.vocab_map) if greedy else None
+        replayed = replayer(cfg, target, draft.draft, prompts, m.target, eos) if greedy else None
         policy = build_gamma_policy(decode)
         spec = measured + [replayed(policy, i) for i in range(len(measured), len(prompts))]  # greedy only
         row = {
@@ -254,9 +247,7 @@ def summarise(
                             timed=len(measured)),
         }
         row[metric] = score(spec)
-        row["acceptance_vs_gamma"] = acceptance_vs_gamma(
-            cfg, target, draft.model, prompts, measured, eos, draft.vocab_map, replayed
-        )
+        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed)
         taus = {g: v["tau"] for g, v in row["acceptance_vs_gamma"]["by_gamma"].items()}
         speedups = expected_speedups(taus, costs["draft_1_s"][draft.name], costs["target_1_s"], costs["target_verify_s"])
         best = max(speedups, key=speedups.get) if speedups else None
@@ -286,6 +277,44 @@ def summarise(
     }
 
 
+BASELINE_LABELS = {"prompt_lookup": "prompt lookup"}
+
+
+def trained_entries(
+    cfg: DictConfig, draft_paths: list[tuple[float, str, Path]], device: torch.device
+) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
+    """The trained drafts (and their int8 copies with `decode.draft_quant=int8`) as benchmark entries, and
+    what results.json records about each."""
+    attn = cfg.model.attn_implementation
+    entries: list[Entry] = []
+    info: dict[str, dict[str, Any]] = {}
+    for k, tag, path in draft_paths:
+        draft = load_draft(path, attn).to(device).eval()
+        if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
+            print(
+                f"[adaspec] evaluate: {draft_name(k, tag=tag)} has a reduced vocabulary "
+                f"({draft.describe()['draft_vocab_size']} tokens); HF assisted generation cannot map its ids, "
+                f"not compared"
+            )
+        variants = [("none", draft)]
+        if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
+            variants.append(("int8", draft.int8(device, path, attn)))
+        for quant, variant in variants:
+            name = draft_name(k, quant, tag)
+            entries.append(Entry(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
+            info[name] = {
+                "label": draft_label(k, quant, tag),
+                "k": k,
+                "tag": tag,
+                "draft_quant": quant,
+                "path": str(path),
+                "parameters": n_params(draft.model),
+                "train_seconds": read_metrics(path).get("train_seconds"),  # what each arm cost
+                "draft": variant.describe(),
+            }
+    return entries, info
+
+
 def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content
     (the existing one, untouched, when the folder already holds this evaluation). `cfg` is validated
@@ -308,37 +337,12 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     attn = cfg.model.attn_implementation
     target = load_model(target_path, attn).to(device).eval()
 
-    drafts: list[Draft] = []
-    draft_info: dict[str, dict[str, Any]] = {}
-    for k, tag, path in draft_paths:
-        model = load_draft(path, attn).to(device).eval()
-        vocab_map = draft_vocab_of(model)
-        if vocab_map is not None and cfg.eval.compare_hf_assisted:
-            print(
-                f"[adaspec] evaluate: {draft_name(k, tag=tag)} has a reduced vocabulary ({vocab_map.size} of "
-                f"{vocab_map.target_size} tokens); HF assisted generation cannot map its ids, not compared"
-            )
-        variants = [("none", model)]
-        if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
-            int8 = (
-                quantize_draft_int8(model)
-                if device.type == "cpu"
-                else load_draft_8bit(path, attn, device.index or 0)
-            )
-            variants.append(("int8", int8))
-        for quant, variant in variants:
-            name = draft_name(k, quant, tag)
-            compare_hf = cfg.eval.compare_hf_assisted and quant == "none" and vocab_map is None
-            drafts.append(Draft(name, variant, compare_hf=compare_hf, vocab_map=vocab_map))
-            draft_info[name] = {
-                "label": draft_label(k, quant, tag),
-                "k": k,
-                "tag": tag,
-                "draft_quant": quant,
-                "path": str(path),
-                "parameters": n_params(model),
-                "train_seconds": read_metrics(path).get("train_seconds"),  # what each arm cost
-            }
+    drafts, draft_info = trained_entries(cfg, draft_paths, device)
+    for name, spec in cfg.baseline.items():  # training-free drafts: a row each, beside the trained ones
+        baseline = build_baseline(spec)
+        drafts.append(Entry(name, baseline, compare_hf=cfg.eval.compare_hf_assisted))
+        draft_info[name] = {"label": BASELINE_LABELS.get(name, name), "k": None, "tag": "", "draft_quant": "none",
+                            "path": None, "parameters": 0, "train_seconds": 0.0, "draft": baseline.describe()}
 
     prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, prompt_format)], device=device) for e in examples]
@@ -363,7 +367,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         target_generate(target, ids, max_new_tokens=decode.max_new_tokens, eos_token_id=eos)
         for ids in tqdm(untimed, desc="target (untimed prompts)", unit="prompt", disable=not progress or not untimed)
     ]
-    costs = call_costs(target, {d.name: (d.model, d.vocab_map) for d in drafts}, prompts[0], list(cfg.eval.gammas))
+    costs = call_costs(target, {d.name: d.draft for d in drafts}, prompts[0], list(cfg.eval.gammas))
     results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()

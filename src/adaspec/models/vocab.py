@@ -8,7 +8,7 @@ before any model is loaded, `check_artefact_vocabularies` on the saved artefacts
 
 A draft with a reduced vocabulary (model.draft_vocab_size, `adaspec.models.draft_vocab`) still saves the
 target's tokenizer; its `draft_vocab.json` must map into the target's vocabulary (`check_draft_vocab_maps`).
-`load_draft` loads a saved draft with that map as `model.draft_vocab`, which every save of it carries on.
+`adaspec.drafts.load_draft` loads a saved draft with that map.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from adaspec import paths
 from adaspec.errors import UserError
-from adaspec.models.build import load_model, pretrained_tokenizer
+from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
 
@@ -106,19 +106,6 @@ def same_map(a: DraftVocab | None, b: DraftVocab | None) -> bool:
     if a is None or b is None:
         return a is b
     return a.target_size == b.target_size and torch.equal(a.draft_to_target, b.draft_to_target)
-
-
-def load_draft(folder: str | Path, attn_implementation: str = "auto", **kwargs) -> PreTrainedModel:
-    """A saved draft (or reference) with its reduced vocabulary's id map as `model.draft_vocab` (None: the
-    full vocabulary); `adaspec.artefacts.save_artefact` saves the map again with the model."""
-
-    model = load_model(folder, attn_implementation, **kwargs)
-    model.draft_vocab = load_draft_vocab(folder)
-    return model
-
-
-def draft_vocab_of(model: PreTrainedModel) -> DraftVocab | None:
-    return getattr(model, "draft_vocab", None)
 
 
 def check_stage_vocabularies(cfg) -> None:

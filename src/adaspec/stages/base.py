@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from functools import partial
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -51,6 +52,11 @@ class StageModule(pl.LightningModule):
     ) -> StageModule:
         raise NotImplementedError
 
+    @property
+    def artefact(self):
+        """What the stage saves: the student (a draft stage's `ModelDraft`, with its id map)."""
+        return self.student
+
     def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
         """The Lightning callbacks this stage trains with, besides checkpointing."""
         return []
@@ -63,14 +69,19 @@ class StageModule(pl.LightningModule):
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         raise NotImplementedError
 
+    def step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float], dict[str, Any]]:
+        """(loss, metrics to log, what the step hands its callbacks beside the loss: their `outputs`)."""
+        loss, metrics = self.loss(batch)
+        return loss, metrics, {}
+
     def val_metrics(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
     def on_train_batch_start(self, batch, batch_idx: int) -> None:
         self._step_started = time.perf_counter()
 
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, metrics = self.loss(batch)
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, Any]:
+        loss, metrics, outputs = self.step(batch)
         finite = bool(torch.isfinite(loss))
         # every rank of a data-parallel run stops together (one rank alone would leave the others waiting)
         if not self.trainer.strategy.reduce_boolean_decision(finite, all=True):
@@ -82,7 +93,7 @@ class StageModule(pl.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=n)
         for name, value in metrics.items():
             self.log(f"train/{name}", value, batch_size=n)
-        return loss
+        return {"loss": loss, **outputs}
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self._step_started is not None:

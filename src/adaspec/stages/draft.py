@@ -7,6 +7,8 @@ token by its 0/1 selection, so a non-finite value of an unselected token cannot 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import lightning.pytorch as pl
 import numpy as np
 import torch
@@ -16,32 +18,27 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
-from adaspec.config import Normalize, Selection
+from adaspec.config import Normalize
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.k_schedule import k_at_step
-from adaspec.distill.selection import (
-    global_cut,
-    quantile_threshold,
-    select_top_k,
-    soft_selection_weights,
-    threshold_for_fraction,
-)
+from adaspec.distill.selection import SelectionState, select
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
+from adaspec.drafts import ModelDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
-from adaspec.stages.teachers import cached_ref_kl, frozen_artefact
+from adaspec.stages.teachers import cached_ref_kl, frozen_draft
 
 
 class SelectiveDistill(ReferenceDistill):
     def __init__(
         self,
-        student: PreTrainedModel,
+        student: ModelDraft,
         stage: DictConfig,
         distill: DictConfig,
         target: PreTrainedModel,
-        reference: PreTrainedModel | None,
+        reference: ModelDraft | None,
         k: float,
         teacher=None,
         ref_kl: np.ndarray | None = None,
@@ -52,27 +49,27 @@ class SelectiveDistill(ReferenceDistill):
         """With `ref_kl` (per cache row, see adaspec.distill.ref_kl_cache) the reference is never run.
         `always_keep` [V] bool: label token ids selected whatever their dL (task.domain.keep_whitespace_tokens),
         in addition to the top-k, which still ranks every token by the unweighted dL."""
-        frozen = {"reference": reference} if reference is not None else {}
+        frozen = {"reference": reference.model} if reference is not None else {}
         super().__init__(
             student, stage, distill, target, frozen=frozen, teacher=teacher, token_weights=token_weights,
             on_policy=on_policy,
         )
         self.register_buffer("always_keep", always_keep, persistent=False)
+        self.reference = reference
         self.ref_kl = ref_kl
         self.k = k  # the target k; `current_k` applies distill.k_schedule
-        self.threshold: float | None = None  # selection=global: set by the ThresholdRefresh callback
-        self.last_delta: torch.Tensor | None = None  # the last batch's dL, read by ThresholdRefresh
-        self.out_of_band = False  # selection=global: the threshold left the band on the last batch
+        # what the selection rule reads beyond dL (selection=global: the threshold ThresholdRefresh keeps)
+        self.selection_state = SelectionState(temperature=distill.soft_temperature)
 
     @classmethod
     def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
         teacher, target, student = distillation_models(cfg, tokenizer, data)
         domain = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name)  # loss weights, kept tokens
         if domain.operator_types is not None:
-            add_operator_embedding(student, domain.operator_types)
+            add_operator_embedding(student.model, domain.operator_types)
         ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
         reference = (
-            None if ref_kl is not None else frozen_artefact(paths.ref_dir(cfg), attn_implementation(cfg))
+            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg))
         )
         return cls(
             student,
@@ -119,7 +116,7 @@ class SelectiveDistill(ReferenceDistill):
         else:
             with torch.no_grad():
                 kl_ref = teacher.divergence(
-                    signal, self._answer_logits(self.frozen["reference"], batch, mask)
+                    signal, self._answer_logits(self.reference, batch, mask)
                 )
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
@@ -131,38 +128,24 @@ class SelectiveDistill(ReferenceDistill):
         total = max(1, self.trainer.max_steps)
         return k_at_step(self.k, self.global_step, total, schedule, self.distill_cfg.k_schedule_frac)
 
-    def selection(self, delta: torch.Tensor, mask: torch.Tensor, k: float):
-        """(selected [N] bool, selection weight [N] or None for 0/1, threshold used) of `delta`."""
-        mode, cut = str(self.distill_cfg.selection), self.threshold
-        if mode == "batch" and self.distill_cfg.get("global_quantile", False) and k < 1 and _world_size() > 1:
-            mode, cut = "global", self.global_batch_threshold(delta, k)  # top-k over every device's tokens
-        if mode == Selection.quantile.value and k < 1 and delta.numel():
-            cut = float(quantile_threshold(delta, k))
-        if mode == Selection["global"].value and k < 1 and cut is not None:
-            cut, self.out_of_band = global_cut(delta, k, cut)  # the callback resets the threshold then
-        sequence_ids = torch.arange(mask.shape[0], device=mask.device)[:, None].expand_as(mask)[mask]
-        selected = select_top_k(delta, k, mode, sequence_ids, cut)
-        weights = None
-        if mode == Selection.soft.value:
-            weights = soft_selection_weights(delta, k, self.distill_cfg.soft_temperature)
-        if cut is None:
-            cut = float(delta[selected].min()) if selected.any() else float("nan")
-        return selected, weights, cut
+    def setup(self, stage: str) -> None:
+        if self.distill_cfg.get("global_quantile", False) and _world_size() > 1:
+            self.selection_state.gather = self.gather_deltas  # selection=batch over every device's tokens
 
-    def loss(self, batch):
+    def step(self, batch):
+        """The loss over the tokens the selection rule keeps; the rule's record goes to the callbacks."""
         batch, teacher, step_metrics = self.training_batch(batch)
         kl_draft, delta, mask = self.token_deltas(batch, teacher)
         k = self.current_k()
-        ranked, soft, threshold = self.selection(delta, mask, k)
-        selected = ranked
+        record = select(str(self.distill_cfg.selection), delta, k, mask, self.selection_state)
+        selected, soft = record.selected, record.weights
+        answer_ids = answer_targets(batch["labels"], mask)  # an on-policy step samples its own labels
         if self.always_keep is not None:
-            kept = self.always_keep[answer_targets(batch["labels"], mask)]
-            selected = ranked | kept
+            kept = self.always_keep[answer_ids]
+            selected = selected | kept
             if soft is not None:  # always-kept tokens weigh at least 1
                 soft = torch.where(kept, soft.clamp_min(1.0), soft)
-        self.last_selection = (mask, selected)  # read by callbacks that count selected tokens
-        self.last_labels = batch["labels"]  # what they were selected from (an on-policy step samples its own)
-        self.last_delta = delta
+        record = replace(record, selected=selected, weights=soft, answer_ids=answer_ids)
         if soft is None:
             denominator = selected.sum()
             per_token = kl_draft
@@ -175,21 +158,24 @@ class SelectiveDistill(ReferenceDistill):
             per_token = per_token * weights
         keep = selected if soft is None else soft > 0
         loss = torch.where(keep, per_token, 0.0).sum() / max(float(denominator), 1.0)
-        metrics = {"selected_frac": selected.float().mean(), "delta_mean": delta.mean(), "threshold": threshold,
-                   **step_metrics}
+        metrics = {"selected_frac": selected.float().mean(), "delta_mean": delta.mean(),
+                   "threshold": record.threshold, **step_metrics}
         if str(self.distill_cfg.get("k_schedule", "constant")) != "constant":
             metrics["k"] = k
+        return loss, metrics, {"selection": record}
+
+    def loss(self, batch):
+        loss, metrics, _ = self.step(batch)
         return loss, metrics
 
-    def global_batch_threshold(self, delta: torch.Tensor, k: float) -> float:
-        """distill.global_quantile: the dL of the last token kept when keeping the top-k fraction of the
-        answer tokens of all devices' batches (all-gathered; per-device counts differ, so padded)."""
+    def gather_deltas(self, delta: torch.Tensor) -> torch.Tensor:
+        """distill.global_quantile: the answer tokens' dL of all devices' batches (all-gathered; per-device
+        counts differ, so padded)."""
         sizes = self.all_gather(torch.tensor([delta.numel()], device=delta.device)).flatten()
         padded = torch.full((int(sizes.max()),), float("-inf"), device=delta.device, dtype=torch.float32)
         padded[: delta.numel()] = delta.float()
         gathered = self.all_gather(padded).reshape(len(sizes), -1)
-        every = torch.cat([row[: int(n)] for row, n in zip(gathered, sizes, strict=True)])
-        return threshold_for_fraction(every, k)
+        return torch.cat([row[: int(n)] for row, n in zip(gathered, sizes, strict=True)])
 
     def on_fit_end(self) -> None:
         # task.domain.operator_embedding: fold the operator-type vectors into the embedding weight, so the
@@ -197,10 +183,10 @@ class SelectiveDistill(ReferenceDistill):
         merge_parametrizations(self.student)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["selection_threshold"] = self.threshold
+        checkpoint["selection_threshold"] = self.selection_state.threshold
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.threshold = checkpoint.get("selection_threshold")
+        self.selection_state.threshold = checkpoint.get("selection_threshold")
 
 
 def _world_size() -> int:

@@ -3,7 +3,7 @@
 A draft built from `model.draft` starts as `model.draft_init` says (random, or from the target artefact:
 `adaspec.models.draft_init`). With `model.draft_vocab_size` > 0 its embedding and head keep only the rows of
 the most frequent target tokens of the training split; the id map is saved as `draft_vocab.json` beside
-the weights, and every reference and draft trained from it carries it on (`adaspec.models.vocab.load_draft`).
+the weights, and every reference and draft trained from it carries it on (`adaspec.drafts.load_draft`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distributed import is_global_zero, wait_for
+from adaspec.drafts import ModelDraft, load_draft
 from adaspec.errors import UserError
 from adaspec.models.build import load_model, n_params, pretrained_tokenizer, resize_embeddings, scratch_model
 from adaspec.models.draft_init import init_draft
 from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.models.vocab import load_draft, vocabulary_mismatch
+from adaspec.models.vocab import vocabulary_mismatch
 from adaspec.pretrain import uses_pretrain
 
 
@@ -50,7 +51,7 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
         tokenizer=tokenizer,
         cfg=cfg,
         stage="draft_init",
-        metrics={**init_settings(cfg), "parameters": n_params(model)},
+        metrics={**init_settings(cfg), "parameters": n_params(model.model)},
         upstream=upstream,
     )
     return folder
@@ -93,8 +94,8 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
 
 def initial_draft(
     cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, from_stage0: bool = True
-) -> tuple[PreTrainedModel, dict[str, str]]:
-    """(the initial draft, with its id map as `draft_vocab` (None: full vocabulary), upstream hashes).
+) -> tuple[ModelDraft, dict[str, str]]:
+    """(the initial draft, with its id map when its vocabulary is reduced, upstream hashes).
     `from_stage0`: stage 0's draft when stage 0 runs (False: what stage 0 itself starts from)."""
     reduce = cfg.model.draft_vocab_size > 0
     if cfg.model.source == "pretrained" and cfg.model.draft_path:
@@ -104,10 +105,11 @@ def initial_draft(
         meta = require_artefact(
             paths.pretrain_draft_dir(cfg), "pretrain_draft", cfg.stage.name, cfg, f" pretrain={group}"
         )
-        model = load_draft(paths.final(paths.pretrain_draft_dir(cfg)), cfg.model.attn_implementation)
+        draft = load_draft(paths.final(paths.pretrain_draft_dir(cfg)), cfg.model.attn_implementation)
         upstream = {"pretrain_draft": meta["weights"]}
-        if model.draft_vocab is not None:  # a distilling stage 0 trained the reduced draft already
-            return model, upstream
+        if draft.vocab is not None:  # a distilling stage 0 trained the reduced draft already
+            return draft, upstream
+        model = draft.model
     elif cfg.model.draft_init == "random" and not reduce:  # as before the options existed: same weights
         model, upstream = scratch_draft(cfg, tokenizer, padded_vocab_size(tokenizer)), {}
     else:
@@ -115,8 +117,7 @@ def initial_draft(
     vocab = training_vocab(cfg, tokenizer, target_vocab_size(cfg)) if reduce else None
     if vocab is not None:
         shrink_to_draft_vocab(model, vocab)
-    model.draft_vocab = vocab
-    return model, upstream
+    return ModelDraft(model, vocab), upstream
 
 
 def pretrained_draft(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
@@ -157,7 +158,7 @@ def training_vocab(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, target_s
 
 def draft_from_target(
     cfg: DictConfig, tokenizer: PreTrainedTokenizerBase
-) -> tuple[PreTrainedModel, dict[str, str]]:
+) -> tuple[ModelDraft, dict[str, str]]:
     """A draft of `model.draft`'s shape (at the target's vocabulary, reduced with model.draft_vocab_size)
     initialised by `model.draft_init` from the target artefact."""
     target_folder = paths.final(paths.target_dir(cfg))
@@ -167,5 +168,4 @@ def draft_from_target(
     vocab = training_vocab(cfg, tokenizer, size) if cfg.model.draft_vocab_size > 0 else None
     config = scratch_draft(cfg, tokenizer, size).config  # the architecture at the target's vocabulary
     model = init_draft(kind, config, target, vocab, seed=cfg.seed)
-    model.draft_vocab = vocab
-    return model, {"target": read_meta(target_folder)["weights"]}
+    return ModelDraft(model, vocab), {"target": read_meta(target_folder)["weights"]}

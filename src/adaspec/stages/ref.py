@@ -1,8 +1,8 @@
 """Stage 2: distil the reference from the frozen target with a per-token divergence (forward KL).
 
-A draft with a reduced vocabulary (`draft_vocab`, model.draft_vocab_size) reads its inputs as draft ids and
-is compared with the teacher over its support (`adaspec.stages.teachers.SupportTeacher`); so is the frozen
-reference of stage 3, which shares its map.
+The student is a `ModelDraft`: one with a reduced vocabulary (model.draft_vocab_size) maps its inputs to
+draft ids itself and is compared with the teacher over its support (`adaspec.stages.teachers.SupportTeacher`);
+so is the frozen reference of stage 3, which shares its map.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
-from adaspec.models.vocab import draft_vocab_of, load_draft
+from adaspec.drafts import ModelDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.teachers import cached_teacher, for_draft, frozen_artefact
@@ -32,7 +32,7 @@ from adaspec.stages.teachers import cached_teacher, for_draft, frozen_artefact
 class ReferenceDistill(StageModule):
     def __init__(
         self,
-        student: PreTrainedModel,
+        student: ModelDraft,
         stage: DictConfig,
         distill: DictConfig,
         target: PreTrainedModel | None,
@@ -47,11 +47,12 @@ class ReferenceDistill(StageModule):
         `on_policy` (distill.data=draft|mixed): fraction, seed, stop_id, pad_id and max_new_tokens of the
         steps that train on the student's own samples, against `target` run live."""
         models = {"target": target} if target is not None else {}
-        super().__init__(student, stage, frozen={**models, **(frozen or {})})
+        super().__init__(student.model, stage, frozen={**models, **(frozen or {})})
+        self.draft = student  # the student as a draft: its id map and how it is called (not a submodule)
         self.distill_cfg = distill
         live = LiveTeacher(target, distill.divergence, distill.chunk_size, distill.jsd_beta) if target else None
-        self.teacher = for_draft(teacher or live, draft_vocab_of(student))
-        self.live_teacher = for_draft(live, draft_vocab_of(student)) if live else None
+        self.teacher = for_draft(teacher or live, student)
+        self.live_teacher = for_draft(live, student) if live else None
         self.on_policy = on_policy
         self.register_buffer("token_weights", token_weights, persistent=False)
 
@@ -77,15 +78,14 @@ class ReferenceDistill(StageModule):
         )
         return [*stopping, monitor]
 
-    def _answer_logits(
-        self, model: PreTrainedModel, batch: dict[str, torch.Tensor], mask: torch.Tensor
-    ) -> torch.Tensor:
-        """[N, vocabulary] answer logits of a draft (student or reference); a reduced draft reads draft ids."""
-        vocab, ids = draft_vocab_of(model), batch["input_ids"]
-        if vocab is not None:
-            ids = vocab.to(ids.device).to_draft(ids)
-        logits = model(input_ids=ids, attention_mask=batch["attention_mask"]).logits
-        return answer_logits(logits, mask)
+    @property
+    def artefact(self) -> ModelDraft:
+        return self.draft
+
+    @staticmethod
+    def _answer_logits(draft: ModelDraft, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """[N, support] answer logits of a draft (student or reference)."""
+        return answer_logits(draft.logits(batch["input_ids"], attention_mask=batch["attention_mask"]), mask)
 
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
@@ -93,7 +93,7 @@ class ReferenceDistill(StageModule):
         mask = answer_mask(batch["labels"])
         with torch.no_grad():
             signal = teacher.signal(batch, mask)
-        return teacher.divergence(signal, self._answer_logits(self.student, batch, mask)), signal, mask
+        return teacher.divergence(signal, self._answer_logits(self.draft, batch, mask)), signal, mask
 
     def training_batch(self, batch: dict[str, torch.Tensor]):
         """(batch, teacher, metrics) of this optimiser step: the loader's batch and the configured teacher,
@@ -104,7 +104,7 @@ class ReferenceDistill(StageModule):
             return batch, self.teacher, ({"on_policy": 0.0} if settings else {})
         started = time.perf_counter()
         sampled = student_continuations(
-            self.student, batch, stop_id=settings["stop_id"], pad_id=settings["pad_id"],
+            self.draft, batch, stop_id=settings["stop_id"], pad_id=settings["pad_id"],
             max_new_tokens=settings["max_new_tokens"], seed=settings["seed"], step=self.global_step,
         )
         return sampled, self.live_teacher, {"on_policy": 1.0, "generation_s": time.perf_counter() - started}
@@ -132,7 +132,7 @@ class ReferenceDistill(StageModule):
 def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
     """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
     target is loaded only for the acceptance monitor, which decodes with it. The student starts from the
-    seed's draft initialisation (with its id map as `draft_vocab` when its vocabulary is reduced)."""
+    seed's draft initialisation (a `ModelDraft`, with its id map when its vocabulary is reduced)."""
     attn = attn_implementation(cfg)
     teacher = cached_teacher(cfg, data)
     needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)

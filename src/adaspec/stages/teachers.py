@@ -17,15 +17,20 @@ from adaspec.distill.divergence import support_token_divergence, topk_divergence
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
-from adaspec.models.build import freeze
-from adaspec.models.draft_vocab import DraftVocab
-from adaspec.models.vocab import draft_vocab_of, load_draft
+from adaspec.drafts import ModelDraft, load_draft
+from adaspec.models.build import freeze, load_model
 
 
 def frozen_artefact(folder, attn: str) -> PreTrainedModel:
-    """A finished stage's model (`folder` is its stage folder), in eval mode and without gradients; a
-    reduced draft with its id map (`draft_vocab`)."""
-    return freeze(load_draft(paths.final(folder), attn))
+    """A finished stage's model (`folder` is its stage folder), in eval mode and without gradients."""
+    return freeze(load_model(paths.final(folder), attn))
+
+
+def frozen_draft(folder, attn: str) -> ModelDraft:
+    """A finished draft stage's draft (the reference), with its id map, frozen."""
+    draft = load_draft(paths.final(folder), attn)
+    freeze(draft.model)
+    return draft
 
 
 class SupportTeacher:
@@ -33,8 +38,8 @@ class SupportTeacher:
     divergences over the draft's support (`adaspec.distill.divergence`: the teacher's mass outside it is
     credited, so a draft equal to the teacher conditioned on its support has divergence 0)."""
 
-    def __init__(self, teacher: LiveTeacher | CachedTeacher, vocab: DraftVocab):
-        self.inner, self.vocab = teacher, vocab
+    def __init__(self, teacher: LiveTeacher | CachedTeacher, draft: ModelDraft):
+        self.inner, self.vocab = teacher, draft.vocab
         self.kind, self.chunk_size = teacher.kind, teacher.chunk_size
 
     @property
@@ -61,21 +66,9 @@ class SupportTeacher:
         return support_token_divergence(signal, student_logits, d2t, self.kind, self.chunk_size, **beta)
 
 
-def for_draft(teacher: LiveTeacher | CachedTeacher, vocab: DraftVocab | None):
-    """The teacher as a draft over `vocab` sees it (itself for a full-vocabulary draft)."""
-    return teacher if vocab is None else SupportTeacher(teacher, vocab)
-
-
-class ReadsTargetIds(torch.nn.Module):
-    """A reduced draft called with target ids, mapped to draft ids first: for code that runs a model on
-    batches as they are (`write_ref_kl`)."""
-
-    def __init__(self, model: PreTrainedModel, vocab: DraftVocab):
-        super().__init__()
-        self.model, self.vocab = model, vocab
-
-    def forward(self, input_ids: torch.Tensor, **kwargs):
-        return self.model(input_ids=self.vocab.to(input_ids.device).to_draft(input_ids), **kwargs)
+def for_draft(teacher: LiveTeacher | CachedTeacher, draft: ModelDraft):
+    """The teacher as `draft` sees it: itself for a full-vocabulary draft, over its support for a reduced one."""
+    return teacher if draft.vocab is None else SupportTeacher(teacher, draft)
 
 
 def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | None:
@@ -101,11 +94,10 @@ def cached_ref_kl(
         identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
     values = load_ref_kl(folder, identity)
     if values is None:
-        reference = frozen_artefact(paths.ref_dir(cfg), cfg.model.attn_implementation)
-        vocab = draft_vocab_of(reference)
+        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation)
         values = write_ref_kl(
-            reference if vocab is None else ReadsTargetIds(reference, vocab),
-            for_draft(teacher, vocab),
+            reference,
+            for_draft(teacher, reference),
             data.train_set + data.val_set,
             folder,
             identity,

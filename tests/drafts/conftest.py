@@ -1,0 +1,1 @@
+from tests.decoding.conftest import _one_thread  # noqa: F401  (one torch thread, as the decoding tests)
