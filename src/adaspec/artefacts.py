@@ -18,104 +18,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config import DOMAIN_OPTION_STAGES
+from adaspec.config_identity import fingerprint
 from adaspec.drafts.model import ModelDraft
 from adaspec.errors import UserError
 
 META = "meta.json"
 METRICS = "metrics.json"
-
-
-NOT_TRAINING = ("checkpoint_every_n_steps", "val_every_n_steps", "monitor_every_n_steps", "monitor_prompts")
-# model keys of the draft's initialisation, with their defaults: they never change the target, and at their
-# defaults they leave every fingerprint as it was before they existed (earlier artefacts stay valid)
-DRAFT_BUILD_KEYS = {"draft_init": "random", "draft_vocab_size": 0}
-# keys added after artefacts existed, left out of the fingerprint where they cannot change the weights (at
-# their defaults, or unread by the data source in use), so that earlier artefacts keep theirs
-STAGE_KEYS_AT_DEFAULT = {"early_stop_patience": 0}
-DATA_KEYS = {
-    "data": "dataset", "answer_max_new_tokens": None, "answer_batch_size": None, "on_policy_fraction": None,
-    "mixed_with": None,
-}
-
-
-def _without_unread_data_keys(distill: dict[str, Any]) -> dict[str, Any]:
-    """`distill` less the data-source keys that do not act: all of them for the dataset's answers, the
-    generation batch always (it only groups prompts), the on-policy share unless data=mixed."""
-    data = distill.get("data", "dataset")
-    drop = set(DATA_KEYS) if data == "dataset" else {"answer_batch_size"}
-    if data != "mixed":
-        drop.add("on_policy_fraction")
-    if data != "mixed" or distill.get("mixed_with", "dataset") == "dataset":  # added later: at its default
-        drop.add("mixed_with")
-    return {key: value for key, value in distill.items() if key not in drop}
-
-
-def reference_distill_keys(distill: DictConfig) -> dict[str, Any]:
-    """What of `distill` changes the reference (stage 2): its divergence, a top-K teacher cache (a
-    truncated teacher) and the data it trains on. Empty at the defaults, so references made before these keys counted keep their
-    fingerprint."""
-    keys: dict[str, Any] = {}
-    if distill.divergence != "forward_kl":
-        keys["divergence"] = str(distill.divergence)
-        if distill.divergence == "jsd":
-            keys["jsd_beta"] = distill.jsd_beta
-    if distill.teacher == "cache" and distill.cache_mode == "topk":
-        keys["cache_topk"] = distill.cache_topk
-    if distill.get("data", "dataset") != "dataset":
-        keys["data"] = str(distill.data)
-        keys["answer_max_new_tokens"] = distill.answer_max_new_tokens
-        if distill.data == "mixed":
-            keys["on_policy_fraction"] = distill.on_policy_fraction
-            if distill.get("mixed_with", "dataset") != "dataset":
-                keys["mixed_with"] = str(distill.mixed_with)
-    return keys
-
-
-def fingerprint(cfg: DictConfig, stage: str) -> str:
-    """Hash of the config sections that change what `stage` produces (not logging, not paths)."""
-    keys: dict[str, Any] = {"task": cfg.task, "model": cfg.model, "stage": cfg.stage}
-    if stage in ("target", "pretrain_target"):
-        keys["target_seed"] = cfg.target_seed
-    else:
-        keys["seed"] = cfg.seed
-    if cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none":  # stage 0 changes every later stage
-        if stage != "target" or cfg.pretrain.objective == "lm":  # but not a target it does not pre-train
-            keys["pretrain"] = cfg.pretrain
-    if stage == "draft":
-        keys["distill"] = cfg.distill
-        keys["k"] = cfg.k
-    if stage == "pretrain_draft" and keys.get("pretrain") is not None and cfg.pretrain.objective == "kd":
-        keys["divergence"] = str(cfg.distill.divergence)  # what a distilling stage 0 minimises
-        if cfg.distill.divergence == "jsd":
-            keys["jsd_beta"] = cfg.distill.jsd_beta
-    if stage == "ref" and reference_distill_keys(cfg.distill):
-        keys["distill"] = reference_distill_keys(cfg.distill)
-    plain = {
-        name: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v
-        for name, v in keys.items()
-    }
-    # how often to checkpoint, validate or measure acceptance does not change the trained weights
-    for key in NOT_TRAINING:
-        plain["stage"].pop(key, None)
-    for key, default in STAGE_KEYS_AT_DEFAULT.items():
-        if plain["stage"].get(key) == default:
-            plain["stage"].pop(key)
-    if "distill" in plain and stage == "draft":
-        plain["distill"] = _without_unread_data_keys(plain["distill"])
-        # added later: unset (or naming the draft's own data) it leaves earlier drafts their fingerprint
-        if plain["distill"].get("ref_data") in (None, plain["distill"].get("data", "dataset")):
-            plain["distill"].pop("ref_data", None)
-    for key, default in DRAFT_BUILD_KEYS.items():
-        if stage in ("target", "pretrain_target") or plain["model"].get(key) == default:
-            plain["model"].pop(key, None)
-    # task.default_k acts through k; task.domain options count only for the stages they change
-    plain["task"].pop("default_k", None)
-    domain = plain["task"].get("domain") or {}
-    plain["task"]["domain"] = {
-        o: v for o, v in domain.items() if stage in DOMAIN_OPTION_STAGES.get(o, (stage,))
-    }
-    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # adaspec.models.draft_vocab.VOCAB_FILE: a reduced draft's id map

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from adaspec.config_identity import (
+    TARGET_STAGES,
+    Rule,
+    always,
+    counted,
+    for_stages,
+    never,
+    unless_at,
+)
 from adaspec.decoding.config import DecodeConfig
 from adaspec.distill.selection import RULES
 
@@ -171,23 +180,17 @@ class DomainConfig:
     Hugging Face model.
     """
 
-    digit_weight: float = 1.0  # stages 2-3: loss weight of tokens made only of digits ("7", " 42")
-    operator_weight: float = 1.0  # stages 2-3: loss weight of + - * / = (and "x" as times) tokens
-    operator_embedding: bool = False  # stage 3: learned vector per operator type (see above)
-    keep_whitespace_tokens: bool = False  # stage 3: newline/indentation tokens are always selected (code: on)
+    # Each option counts in the fingerprint of the stages it changes only, so an ablation such as
+    # task.domain.digit_weight=1 reuses the target (and a stage-3-only option the reference).
+    # stages 2-3: loss weight of tokens made only of digits ("7", " 42")
+    digit_weight: float = counted(1.0, when=for_stages("ref", "draft"))
+    # stages 2-3: loss weight of + - * / = (and "x" as times) tokens
+    operator_weight: float = counted(1.0, when=for_stages("ref", "draft"))
+    operator_embedding: bool = counted(False, when=for_stages("draft"))  # stage 3: a vector per operator type
+    # stage 3: newline/indentation tokens are always selected (code: on)
+    keep_whitespace_tokens: bool = counted(False, when=for_stages("draft"))
     # stage 1, from-scratch tokenizers: add the N most frequent dotted names (code: 64)
     api_vocab_size: int = 0
-
-
-# The stages each task.domain option changes; the others leave it out of their artefact fingerprint, so an
-# ablation such as task.domain.digit_weight=1 reuses the target (and stage-3-only options the reference).
-DOMAIN_OPTION_STAGES = {
-    "digit_weight": ("ref", "draft"),
-    "operator_weight": ("ref", "draft"),
-    "operator_embedding": ("draft",),
-    "keep_whitespace_tokens": ("draft",),
-    "api_vocab_size": ("pretrain_target", "pretrain_draft", "target", "ref", "draft"),
-}
 
 
 @dataclass
@@ -205,7 +208,7 @@ class TaskConfig:
     arith: ArithConfig = field(default_factory=ArithConfig)
     # stage 3's token-selection ratio for this task, the default of the top-level `k` (conf/config.yaml;
     # distill=distillspec sets k=1.0 instead, and `k=...` on the command line wins). MBPP: 0.33.
-    default_k: float = 0.4
+    default_k: float = counted(0.4, when=never)  # acts through `k`
     domain: DomainConfig = field(default_factory=DomainConfig)
     # adaspec.data.encoding; the model preset decides by default (model=smollm2: chat)
     prompt_format: PromptFormat = "${model.prompt_format}"  # type: ignore[assignment]
@@ -218,6 +221,13 @@ class ArchConfig:
     num_hidden_layers: int = 2
     num_attention_heads: int = 2
     intermediate_size: int = 256
+
+
+def _draft_build_key(name: str, default: Any) -> Rule:
+    """The draft's initialisation never changes the target, and at its default leaves every fingerprint
+    as it was before the key existed."""
+    at_default = unless_at(default, name)
+    return lambda stage, section, cfg: stage not in TARGET_STAGES and at_default(stage, section, cfg)
 
 
 @dataclass
@@ -236,10 +246,10 @@ class ModelConfig:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass of the trained model
     prompt_format: PromptFormat = PromptFormat.plain  # the default of task.prompt_format
     # drafts built from `draft` (draft_path null, no stage 0): their initial weights, from the target artefact
-    draft_init: DraftInit = DraftInit.random
+    draft_init: DraftInit = counted(DraftInit.random, when=_draft_build_key("draft_init", "random"))
     # > 0: the draft's embedding and head cover only the N most frequent target tokens of the training split
     # (adaspec.models.draft_vocab, saved as draft_vocab.json with every draft); 0: the full vocabulary
-    draft_vocab_size: int = 0
+    draft_vocab_size: int = counted(0, when=_draft_build_key("draft_vocab_size", 0))
 
 
 @dataclass
@@ -255,22 +265,64 @@ class StageConfig:
     decay_end_frac: float = 0.9  # ... at this fraction of the steps, and stays there
     gradient_clip_val: float = 1.0
     accumulate_grad_batches: int = 1
-    val_every_n_steps: int = 0  # 0: validate once per epoch
-    checkpoint_every_n_steps: int = 50
+    # how often to validate, checkpoint or measure acceptance never changes the trained weights: not counted
+    val_every_n_steps: int = counted(0, when=never)  # 0: validate once per epoch
+    checkpoint_every_n_steps: int = counted(50, when=never)
     # Stages 2 and 3: measure the draft's acceptance against the frozen target with real speculative
     # decoding every n optimiser steps and at the end of training, on monitor_prompts held-out
     # prompts; either set to 0 turns the monitor off. See adaspec.callbacks.acceptance.
-    monitor_every_n_steps: int = 1000
-    monitor_prompts: int = 16
+    monitor_every_n_steps: int = counted(1000, when=never)
+    monitor_prompts: int = counted(16, when=never)
     tag: str = ""  # suffix of the artefact folder, to keep variants apart
     # Stages 2 and 3: stop after this many validations in a row without a lower val/kl and keep the best
     # validated weights (the paper's "optimal epoch" setting; max_epochs is the cap); 0: off
-    early_stop_patience: int = 0
+    early_stop_patience: int = counted(0, when=unless_at(0, "early_stop_patience"))
+
+
+def _kd_stage_0(cfg: dict) -> bool:
+    pretrain = cfg.get("pretrain") or {}
+    return pretrain.get("corpus", "none") != "none" and pretrain.get("objective") == "kd"
+
+
+def _reads_answers(stage: str, distill: dict, cfg: dict) -> bool:
+    """The data-source keys act on stages 2-3 only where they train on other answers than the dataset's."""
+    return stage in ("ref", "draft") and distill.get("data", "dataset") != "dataset"
+
+
+def _divergence_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    # the reference counts it away from the forward KL only (references made before it counted keep theirs)
+    return {"draft": True, "ref": distill.get("divergence") != "forward_kl", "pretrain_draft": _kd_stage_0(cfg)}.get(
+        stage, False
+    )
+
+
+def _jsd_beta_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    return stage == "draft" or (distill.get("divergence") == "jsd" and _divergence_counts(stage, distill, cfg))
+
+
+def _cache_topk_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    # a top-K teacher cache is a truncated teacher: it changes the reference too
+    return stage == "draft" or (stage == "ref" and distill.get("teacher") == "cache" and distill.get("cache_mode") == "topk")
+
+
+def _mixed_keys_count(stage: str, distill: dict, cfg: dict) -> bool:
+    return _reads_answers(stage, distill, cfg) and distill.get("data") == "mixed"
+
+
+def _mixed_with_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    return _mixed_keys_count(stage, distill, cfg) and distill.get("mixed_with", "dataset") != "dataset"
+
+
+def _ref_data_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    return stage == "draft" and distill.get("ref_data") not in (None, distill.get("data", "dataset"))
 
 
 @dataclass
 class DistillConfig:
-    divergence: Divergence = Divergence.forward_kl
+    # fields not declared otherwise count for stage 3's drafts only
+    IDENTITY_DEFAULT: ClassVar[Rule] = for_stages("draft")
+
+    divergence: Divergence = counted(Divergence.forward_kl, when=_divergence_counts)
     selection: Selection = Selection.batch  # type: ignore[valid-type]
     normalize: Normalize = Normalize.all_tokens
     refresh_every_n_steps: int = 1000  # selection=global: threshold refresh period
@@ -281,14 +333,14 @@ class DistillConfig:
     global_quantile: bool = False
     teacher: TeacherSource = TeacherSource.live
     cache_mode: CacheMode = CacheMode.exact
-    cache_topk: int = 64
+    cache_topk: int = counted(64, when=_cache_topk_counts)
     cache_ref_kl: bool = False  # stage 3 with teacher=cache: also cache the reference's per-token KL
     # Stage 3 budget of the official AdaSPEC scripts (see adaspec.distill.budget): batch_size / budget_k
     # sequences per step for the number of steps the stage would take at stage.batch_size, so the selected
     # tokens per step match the reference's and the draft sees 1/budget_k times the data.
     match_token_budget: bool = False
     budget_k: float | None = None  # the k whose budget to match; None: the run's own k
-    jsd_beta: float = 0.5  # divergence=jsd: 0 is the forward KL, 1 the reverse KL (GKD's beta)
+    jsd_beta: float = counted(0.5, when=_jsd_beta_counts)  # divergence=jsd: 0 is the forward KL, 1 the reverse KL (GKD's beta)
     # selection=global: weight of each batch's (1 - k) quantile of dL in the running threshold, so that it
     # follows the draft as it learns; 0 keeps the calibrated threshold until the next refresh
     threshold_ema: float = 0.3
@@ -296,15 +348,18 @@ class DistillConfig:
     k_schedule_frac: float = 0.2  # k_schedule=linear: the fraction of the steps over which k falls to `k`
     # what stages 2-3 train on: the dataset's answers, or the target's own greedy answers to the training
     # prompts (sequence-level distillation, generated once and cached beside the target; `make answers`)
-    data: DistillData = DistillData.dataset
-    answer_max_new_tokens: int = 256  # data=target: answers not finished within this many tokens are dropped
-    answer_batch_size: int = 16  # data=target: prompts per generation batch
-    on_policy_fraction: float = 0.5  # data=mixed: the share of steps trained on student samples (GKD's lambda)
-    mixed_with: DistillData = DistillData.dataset  # data=mixed: the answers of the other steps (dataset|target)
+    data: DistillData = counted(DistillData.dataset, when=_reads_answers)
+    # data=target: answers not finished within this many tokens are dropped
+    answer_max_new_tokens: int = counted(256, when=_reads_answers)
+    answer_batch_size: int = counted(16, when=never)  # data=target: prompts per generation batch (no effect)
+    # data=mixed: the share of steps trained on student samples (GKD's lambda)
+    on_policy_fraction: float = counted(0.5, when=_mixed_keys_count)
+    # data=mixed: the answers of the other steps (dataset|target)
+    mixed_with: DistillData = counted(DistillData.dataset, when=_mixed_with_counts)
     # stage 3: the data the reference it distils against was trained on (its folder); null: `data` (stage 2
     # itself always trains on `data`, into that data's folder). Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
-    ref_data: DistillData | None = None
+    ref_data: DistillData | None = counted(None, when=_ref_data_counts)
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 
@@ -388,25 +443,37 @@ class EvalConfig:
     num_threads: int = 0  # torch threads during the benchmark; 0: keep torch's default
 
 
+def _pretrain_counts(stage: str, pretrain: dict | None, cfg: dict) -> bool:
+    """Stage 0 changes every later stage, but not a target it does not pre-train."""
+    p = cfg.get("pretrain") or {}
+    return p.get("corpus", "none") != "none" and (stage != "target" or p.get("objective") == "lm")
+
+
 @dataclass
 class Config:
-    task: TaskConfig = MISSING
-    model: ModelConfig = MISSING
-    stage: StageConfig = MISSING
-    distill: DistillConfig = MISSING
+    # the sections and values that make an artefact are declared with `counted`; the others never count
+    IDENTITY_DEFAULT: ClassVar[Rule] = never
+
+    task: TaskConfig = counted(MISSING, when=always)
+    model: ModelConfig = counted(MISSING, when=always)
+    stage: StageConfig = counted(MISSING, when=always)
+    # stage 0's distillation records its divergence at the top level (as it did first)
+    distill: DistillConfig = counted(MISSING, when=for_stages("draft", "ref", "pretrain_draft"),
+                                     flat_for=("pretrain_draft",))
     decode: DecodeConfig = MISSING
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
-    pretrain: PretrainConfig = MISSING
+    pretrain: PretrainConfig = counted(MISSING, when=_pretrain_counts)
     paths: PathsConfig = field(default_factory=PathsConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     # training-free drafts evaluated beside the trained ones, name -> constructor (`_target_` and arguments);
     # composed from conf/baseline/ (default [prompt_lookup]; baseline=[] for none)
     baseline: dict[str, Any] = field(default_factory=dict)
-    k: float = 0.4
+    k: float = counted(0.4, when=for_stages("draft"))
     gamma: int = 5
-    seed: int = 0
-    target_seed: int = 0  # the target is shared by every seed of the reference and draft
+    seed: int = counted(0, when=lambda stage, cfg, _: stage not in TARGET_STAGES)
+    # the target is shared by every seed of the reference and draft
+    target_seed: int = counted(0, when=for_stages(*TARGET_STAGES))
     resume: bool = False  # continue this stage from its last Lightning checkpoint
     overwrite: bool = False  # retrain a stage whose artefact exists with another config
 
