@@ -1,6 +1,6 @@
-"""The rules about stage artefacts that every command shares: which upstream artefacts a stage needs
-(and the `make` command that produces each), whether a stage's own artefact is already done, and
-the identity of a teacher cache.
+"""The rules about stage artefacts that every command shares: that the upstream artefacts a stage needs
+(adaspec.stage_specs) exist and agree, whether a stage's own artefact is already done, and the identity of
+a teacher cache.
 
 Imports nothing from training, so evaluation, the cache and diagnostics can use it without loading
 Lightning.
@@ -17,58 +17,38 @@ from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta, verify_weights
 from adaspec.distill.teacher_cache import data_identity
 from adaspec.errors import UserError
-from adaspec.pretrain import pretrains_target
-
-MAKE_HINT = {
-    "pretrain_target": "python -m adaspec.train pretrain=stdlib stage=pretrain_target",
-    "pretrain_draft": "python -m adaspec.train stage=pretrain_draft",
-    "target": "make stage1 (python -m adaspec.train stage=target)",
-    "ref": "make stage2 (python -m adaspec.train stage=ref)",
-    "draft": "make stage3 (python -m adaspec.train stage=draft)",
-}
+from adaspec.stage_specs import STAGES, stage_of
 
 
 def require_artefact(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:
     """The meta of `stage`'s finished artefact in `folder`, its files checked against the hashes it was
     saved with; raises with the command that makes it."""
     final = paths.final(folder)
-    rerun = f"`{MAKE_HINT[stage]} task={cfg.task.name} model={cfg.model.name}{extra_args}`"
+    made_by = STAGES[stage]
+    rerun = f"`{made_by.make} task={cfg.task.name} model={cfg.model.name}{extra_args}`"
     if not (final / "meta.json").is_file():
         raise UserError(
-            f"stage {needed_by} needs the {stage} artefact {final}, which does not exist; make it first with "
-            f"{rerun} and the same seeds"
+            f"stage {needed_by} needs the {made_by.label} artefact {final}, which does not exist; make it first "
+            f"with {rerun} and the same seeds"
         )
     return verify_weights(final, rerun)
 
 
 def check_upstream(cfg: DictConfig) -> dict[str, str]:
-    """The upstream artefacts this stage trains from, as {name: weights hash}; raises if any is missing."""
-    stage = cfg.stage.name
-    if stage == "pretrain_target":
-        return {}
-    if (stage == "pretrain_draft" or stage == "target") and pretrains_target(cfg):
-        meta = require_artefact(
-            paths.pretrain_target_dir(cfg), "pretrain_target", stage, cfg, " pretrain=stdlib"
-        )
-        return {"pretrain_target": meta["weights"]}
-    if stage == "target":
-        return {}
-    upstream = {"target": require_artefact(paths.target_dir(cfg), "target", stage, cfg)["weights"]}
-    if stage == "draft":
-        ref_meta = require_artefact(paths.ref_dir(cfg), "ref", stage, cfg)
-        init_meta = verify_weights(paths.final(paths.draft_init_dir(cfg)), "`make stage2`")
-        if ref_meta["upstream"].get("target") != upstream["target"]:
-            raise UserError(
-                f"the reference {paths.final(paths.ref_dir(cfg))} was distilled from another target than "
-                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
-            )
-        if ref_meta["upstream"].get("draft_init") != init_meta["weights"]:
-            raise UserError(
-                f"the reference {paths.final(paths.ref_dir(cfg))} did not start from the draft initialisation "
-                f"{paths.final(paths.draft_init_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
-            )
-        upstream["ref"] = ref_meta["weights"]
-        upstream["draft_init"] = init_meta["weights"]
+    """The upstream artefacts this stage trains from (`Stage.needs`), as {name: weights hash}; raises if
+    any is missing, or if one of them was made from another artefact than this stage's own of that name
+    (a reference from another target or draft initialisation)."""
+    stage = stage_of(cfg)
+    metas = {name: require_artefact(STAGES[name].folder(cfg), name, stage.name, cfg) for name in stage.needs(cfg)}
+    upstream = {name: meta["weights"] for name, meta in metas.items()}
+    for name, meta in metas.items():
+        for source, weights in meta["upstream"].items():
+            if source in upstream and weights != upstream[source]:
+                made, other = STAGES[name], STAGES[source]
+                raise UserError(
+                    f"the {made.label} {paths.final(made.folder(cfg))} was made from another {other.label} than "
+                    f"{paths.final(other.folder(cfg))}; retrain it with `{made.make}` and overwrite=true"
+                )
     return upstream
 
 

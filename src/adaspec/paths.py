@@ -30,6 +30,11 @@ def _suffix(tag: str) -> str:
     return f"-{tag}" if tag else ""
 
 
+def _own_tag(cfg: DictConfig, stage: str) -> str:
+    """stage.tag names the folder of the stage being trained only; the others are found untagged."""
+    return cfg.stage.tag if cfg.stage.name == stage else ""
+
+
 def format_k(k: float) -> str:
     return f"{float(k):g}"
 
@@ -66,7 +71,7 @@ def reference_data(cfg: DictConfig) -> str | None:
 
 
 def target_dir(cfg: DictConfig) -> Path:
-    tag = cfg.stage.tag if cfg.stage.name == "target" else ""
+    tag = _own_tag(cfg, "target")
     return _model_root(cfg) / f"seed{cfg.target_seed}" / f"target{_suffix(tag)}"
 
 
@@ -75,14 +80,14 @@ def draft_init_dir(cfg: DictConfig) -> Path:
 
 
 def ref_dir(cfg: DictConfig) -> Path:
-    tag = cfg.stage.tag if cfg.stage.name == "ref" else ""
+    tag = _own_tag(cfg, "ref")
     return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}{_data_suffix(cfg, reference_data(cfg))}"
 
 
 def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
     """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
     k = cfg.k if k is None else k
-    tag = (cfg.stage.tag if cfg.stage.name == "draft" else "") if tag is None else tag
+    tag = _own_tag(cfg, "draft") if tag is None else tag
     return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}{_data_suffix(cfg, data)}"
 
 
@@ -92,16 +97,6 @@ def pretrain_target_dir(cfg: DictConfig) -> Path:
 
 def pretrain_draft_dir(cfg: DictConfig) -> Path:
     return _model_root(cfg) / f"seed{cfg.seed}" / "pretrain-draft"
-
-
-def stage_dir(cfg: DictConfig) -> Path:
-    return {
-        "pretrain_target": pretrain_target_dir,
-        "pretrain_draft": pretrain_draft_dir,
-        "target": target_dir,
-        "ref": ref_dir,
-        "draft": draft_dir,
-    }[cfg.stage.name](cfg)
 
 
 def final(stage_folder: Path) -> Path:

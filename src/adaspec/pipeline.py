@@ -21,7 +21,6 @@ from adaspec import paths
 from adaspec.artefact_rules import check_not_done, check_upstream, record_run_start
 from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.callbacks.best_validation import KeepBestValidation
-from adaspec.config import PRETRAIN_STAGES
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.target_answers import training_splits
 from adaspec.data.tasks import load_task
@@ -31,6 +30,7 @@ from adaspec.errors import UserError
 from adaspec.models.build import enable_gradient_checkpointing, n_params
 from adaspec.models.vocab import check_stage_vocabularies
 from adaspec.pretrain import corpus_blocks, corpus_splits, pretrain_stage_config
+from adaspec.stage_specs import Data, stage_dir, stage_of, stage_seed
 from adaspec.stages import stage_module
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.tokenizer import load_tokenizer
@@ -57,26 +57,27 @@ def resolve_stage_config(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
 
 def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, dict, dict]:
     """(data module, upstream hashes that only exist once the tokenizer does, corpus identity)."""
-    stage = cfg.stage.name
+    stage = stage_of(cfg)
+    on_corpus = stage.data == Data.corpus  # stage 0 trains on the code corpus, not on the task
     splits = splits or load_task(cfg.task)
-    blocks = corpus_blocks(cfg) if stage in PRETRAIN_STAGES else []  # read once: tokenizer and training data
+    blocks = corpus_blocks(cfg) if on_corpus else []  # read once: tokenizer and training data
     tokenizer = load_tokenizer(cfg, splits, blocks)
     upstream = {}
-    if stage == "ref":
+    if stage.makes_draft_init:
         upstream["draft_init"] = read_meta(ensure_draft_init(cfg, tokenizer))["weights"]
     corpus = {}
-    if stage in PRETRAIN_STAGES:  # stage 0 trains on the code corpus, not on the task
+    if on_corpus:
         splits, corpus = corpus_splits(blocks, cfg.pretrain.n_val)
-    elif stage in ("ref", "draft"):  # after the tokenizer and draft vocabulary, which the dataset's text made
+    elif stage.data == Data.training:  # after the tokenizer and draft vocabulary, which the dataset's text made
         splits = training_splits(cfg, splits)
     data = TaskDataModule(
         tokenizer,
         splits,
         batch_size=cfg.stage.batch_size,
         max_length=cfg.task.max_length,
-        n_val=cfg.pretrain.n_val if stage in PRETRAIN_STAGES else cfg.task.n_val,
+        n_val=cfg.pretrain.n_val if on_corpus else cfg.task.n_val,
         seed=stage_seed(cfg),
-        prompt_format="plain" if stage in PRETRAIN_STAGES else cfg.task.prompt_format,
+        prompt_format="plain" if on_corpus else cfg.task.prompt_format,
     )
     return data, upstream, corpus
 
@@ -89,15 +90,11 @@ def start_fresh(cfg: DictConfig, folder: Path) -> None:
     record_run_start(cfg, folder)
 
 
-def stage_seed(cfg: DictConfig) -> int:
-    return cfg.target_seed if cfg.stage.name in ("target", "pretrain_target") else cfg.seed
-
-
 def run_stage(cfg: DictConfig) -> Path:
     """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder. `cfg` has been
     validated by the entry point."""
     cfg, splits = resolve_stage_config(cfg)
-    stage, folder = cfg.stage.name, paths.stage_dir(cfg)
+    stage, folder = cfg.stage.name, stage_dir(cfg)
     if check_not_done(cfg, folder):
         say(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
         return paths.final(folder)

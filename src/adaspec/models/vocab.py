@@ -23,6 +23,7 @@ from adaspec.errors import UserError
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
+from adaspec.stage_specs import STAGES, Data, stage_of
 
 SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
 
@@ -113,20 +114,18 @@ def check_stage_vocabularies(cfg) -> None:
     initialisation is still to be made), the artefacts a stage trains from must share one tokenizer, and a
     reduced draft's id map must map into the target's vocabulary."""
 
-    stage = cfg.stage.name
+    stage = stage_of(cfg)
     init = paths.final(paths.draft_init_dir(cfg))
     pretrained_pair = cfg.model.source == "pretrained" and cfg.model.draft_path
-    if pretrained_pair and (stage == "target" or not (init / "meta.json").is_file()):
+    if pretrained_pair and (stage.name == "target" or not (init / "meta.json").is_file()):
         check_pretrained_vocabularies(
             str(resolve_pretrained(cfg.model.target_path, cfg.paths.models)),
             str(resolve_pretrained(cfg.model.draft_path, cfg.paths.models)),
         )
-    if stage in ("target", "pretrain_target", "pretrain_draft"):
+    if stage.data != Data.training:  # stages 0 and 1 train from no draft
         return
-    folders = {"target": paths.final(paths.target_dir(cfg))}
-    if (init / "meta.json").is_file():
-        folders["draft_init"] = init
-    if stage == "draft":
-        folders["ref"] = paths.final(paths.ref_dir(cfg))
-    check_artefact_vocabularies(folders, stage)
-    check_draft_vocab_maps(folders, stage)
+    folders = {name: paths.final(STAGES[name].folder(cfg)) for name in (*stage.needs(cfg), "draft_init")}
+    if not (init / "meta.json").is_file():  # stage 2 makes it after this check
+        folders.pop("draft_init")
+    check_artefact_vocabularies(folders, stage.name)
+    check_draft_vocab_maps(folders, stage.name)

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from adaspec import paths
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
+from adaspec.stage_specs import stage_dir
 from adaspec.toolkit import checked_config
 
 LOG = "paper_log.jsonl"
@@ -29,7 +30,7 @@ def compose_step(step: Step, extra: list[str]) -> DictConfig:
 
 
 def _interrupted(cfg: DictConfig) -> bool:
-    folder = paths.stage_dir(cfg)
+    folder = stage_dir(cfg)
     return paths.last_checkpoint(folder).exists() and not (
         paths.final(folder) / "meta.json"
     ).is_file()
@@ -44,7 +45,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
 
         if _interrupted(cfg):
             cfg.resume = True
-        elif (paths.final(paths.stage_dir(cfg)) / "meta.json").is_file():
+        elif (paths.final(stage_dir(cfg)) / "meta.json").is_file():
             run_stage(cfg)  # checks the fingerprint: skips when up to date, refuses another config
             return False
         run_stage(cfg)

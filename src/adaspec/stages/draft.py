@@ -26,6 +26,7 @@ from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
 from adaspec.drafts import ModelDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
+from adaspec.stage_specs import stage_dir
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
 from adaspec.stages.teachers import cached_ref_kl, frozen_draft
@@ -99,7 +100,7 @@ class SelectiveDistill(ReferenceDistill):
                 )
             )
         # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
-        callbacks.append(SelectionStats(data.tokenizer, paths.stage_dir(cfg)))
+        callbacks.append(SelectionStats(data.tokenizer, stage_dir(cfg)))
         return callbacks + super().callbacks(cfg, data)
 
     def token_deltas(self, batch: dict[str, torch.Tensor], teacher=None):

@@ -13,7 +13,7 @@ from adaspec.data.example import Example
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.pretrain import pretrains_target
+from adaspec.stage_specs import STAGES, stage_of
 
 
 def training_texts(examples: list[Example]) -> list[str]:
@@ -22,14 +22,11 @@ def training_texts(examples: list[Example]) -> list[str]:
 
 
 def tokenizer_home(cfg: DictConfig) -> Path | None:
-    """The artefact whose tokenizer this stage uses; None for the stage that makes it (stage 1, or stage 0
-    with pretrain=stdlib)."""
-    stage, pretrain = cfg.stage.name, pretrains_target(cfg)
-    if stage == "pretrain_target" or (stage == "target" and not pretrain):
-        return None
-    if pretrain and stage in ("pretrain_draft", "target"):
-        return paths.final(paths.pretrain_target_dir(cfg))
-    return paths.final(paths.target_dir(cfg))  # stage 2 and later, and a distilling stage 0
+    """The artefact whose tokenizer this stage uses: the first it trains from (the target, or stage 0's
+    target); None for a stage that trains from none, which makes the tokenizer (stage 1, or stage 0 with
+    pretrain=stdlib)."""
+    needs = stage_of(cfg).needs(cfg)
+    return paths.final(STAGES[needs[0]].folder(cfg)) if needs else None
 
 
 def load_tokenizer(

@@ -1,0 +1,77 @@
+"""What each stage is, said once: its folder, the command that makes its artefact, the seed it belongs to,
+what it trains on and the upstream artefacts it trains from. The pipeline, the artefact rules and the
+paper runner ask the stage instead of comparing its name.
+
+Imports nothing from training (no Lightning): evaluation, the cache and diagnostics read it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from adaspec import paths
+from adaspec.pretrain import pretrains_target
+
+
+class Data(StrEnum):
+    corpus = "corpus"  # stage 0: the code corpus, not the task
+    task = "task"  # the task's splits as loaded
+    training = "training"  # the training splits made after the tokenizer and draft vocabulary (stages 2-3)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    label: str  # how messages name its artefact
+    folder: Callable[[DictConfig], Path]
+    make: str  # the command that makes its artefact
+    needs: Callable[[DictConfig], tuple[str, ...]]  # the artefacts it trains from, in the order they are checked
+    seed_key: str = "seed"  # the config key of its seed (its folder's seed<n>, its data order)
+    data: Data = Data.task
+    makes_draft_init: bool = False  # it saves the draft initialisation the reference and drafts start from
+
+
+def _after_stage_0(cfg: DictConfig) -> tuple[str, ...]:
+    return ("pretrain_target",) if pretrains_target(cfg) else ()
+
+
+def _stage_0_draft_needs(cfg: DictConfig) -> tuple[str, ...]:
+    return ("pretrain_target",) if pretrains_target(cfg) else ("target",)  # objective=kd distils the target
+
+
+STAGES: dict[str, Stage] = {
+    stage.name: stage
+    for stage in (
+        Stage("pretrain_target", "pretrain_target", paths.pretrain_target_dir,
+              "python -m adaspec.train pretrain=stdlib stage=pretrain_target", lambda cfg: (),
+              seed_key="target_seed", data=Data.corpus),
+        Stage("pretrain_draft", "pretrain_draft", paths.pretrain_draft_dir,
+              "python -m adaspec.train stage=pretrain_draft", _stage_0_draft_needs, data=Data.corpus),
+        Stage("target", "target", paths.target_dir, "make stage1 (python -m adaspec.train stage=target)",
+              _after_stage_0, seed_key="target_seed"),
+        Stage("ref", "ref", paths.ref_dir, "make stage2 (python -m adaspec.train stage=ref)",
+              lambda cfg: ("target",), data=Data.training, makes_draft_init=True),
+        Stage("draft", "draft", paths.draft_dir, "make stage3 (python -m adaspec.train stage=draft)",
+              lambda cfg: ("target", "ref", "draft_init"), data=Data.training),
+        # not trained on its own: stage 2 saves it before it trains (from stage 0's draft, where that ran)
+        Stage("draft_init", "draft initialisation", paths.draft_init_dir, "make stage2", lambda cfg: ()),
+    )
+}
+
+
+def stage_of(cfg: DictConfig) -> Stage:
+    return STAGES[cfg.stage.name]
+
+
+def stage_dir(cfg: DictConfig) -> Path:
+    """The folder of the stage `cfg` trains."""
+    return stage_of(cfg).folder(cfg)
+
+
+def stage_seed(cfg: DictConfig) -> int:
+    return cfg[stage_of(cfg).seed_key]
