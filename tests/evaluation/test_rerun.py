@@ -89,3 +89,15 @@ def test_retrained_weights_are_named_and_older_results_are_judged_by_their_confi
     path.write_text('{"half a file')
     with pytest.raises(UserError, match="is not valid JSON.*overwrite=true"):
         previous_results(path, before, False)
+
+
+def test_results_recorded_before_a_key_existed_match_its_value_then_and_no_other(tmp_path):
+    """eval.tag_ks and task.prompt_format came after the tiny paper's evaluations: a record without them
+    ran with {} and plain, so it matches that and is refused for anything else."""
+    path = tmp_path / "results.json"
+    older = _identity(weights={"target": "aaaa"})
+    del older["eval"]["tag_ks"], older["task"]["prompt_format"]
+    path.write_text(json.dumps({IDENTITY: older}))
+    assert previous_results(path, _identity(weights={"target": "aaaa"}), False) is not None
+    with pytest.raises(UserError, match=r"task\.prompt_format: plain -> chat"):
+        previous_results(path, _identity("task.prompt_format=chat", weights={"target": "aaaa"}), False)

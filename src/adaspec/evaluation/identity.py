@@ -20,6 +20,9 @@ from adaspec.toolkit import jsonable
 IDENTITY = "identity"
 SHOWN_DIFFERENCES = 3
 EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}}  # with their defaults
+# keys that results recorded before they existed lack, with the value those evaluations ran with (every task
+# was plain text before the chat format): `differences` takes a missing one for that value
+RECORDED_LATER = {"eval.tag_ks": {}, "task.prompt_format": "plain"}
 
 
 def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, str] | None) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 def differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """`key: old -> new` for every setting that differs (the fingerprint aside; the weights only when
     both sides know them)."""
-    old, new = _flat(recorded), _flat(current)
+    old, new = ({**RECORDED_LATER, **_flat(side)} for side in (recorded, current))
     skip = {"fingerprint"}
     if recorded.get("weights") is None or current.get("weights") is None:
         skip |= {key for key in (*old, *new) if key == "weights" or key.startswith("weights.")}
