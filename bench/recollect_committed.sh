@@ -9,7 +9,7 @@ copy=$(mktemp -d)/results
 root=$(mktemp -d)
 cp -r experiments/results "$copy"
 status=0
-collect() { HF_HUB_OFFLINE=1 WANDB_MODE=offline "$PY" -m adaspec.paper --collect-only "$@" paths.root="$root" >/dev/null || status=1; }
+collect() { HF_HUB_OFFLINE=1 WANDB_MODE=offline "$PY" -m adaspec.commands.paper --collect-only "$@" paths.root="$root" >/dev/null || status=1; }
 collect --results "$copy"
 collect --tasks smollm2_gsm8k smollm2_mbpp --seeds 0 1 2 --results "$copy/smollm2-paper-stage0"
 collect --tasks smollm2_gsm8k --seeds 0 1 --results "$copy/smollm2-paper-no-stage0" pretrain=none

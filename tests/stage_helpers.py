@@ -10,7 +10,7 @@ from adaspec.data.encoding import collate
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size, train_bpe_tokenizer
 from adaspec.models.build import freeze, scratch_model
-from adaspec.stages.tokenizer import training_texts
+from adaspec.stages.tokenizer_source import training_texts
 
 
 def tokenizer_and_batch(cfg, batch_size=8):

@@ -4,7 +4,7 @@ ours at every fixed gamma, on the same prompts, and both are exact when greedy."
 from __future__ import annotations
 
 from adaspec import paths
-from adaspec.bench_real import main
+from adaspec.commands.bench_real import main
 from tests.conftest import TINY
 
 

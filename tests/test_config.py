@@ -212,7 +212,7 @@ def test_bad_types_and_unknown_keys_fail_at_composition(override, words):
 @pytest.mark.chaos("bad-input")
 def test_entry_point_prints_one_line_and_exits_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "adaspec.train", "k=1.5", f"paths.root={tmp_path}"],
+        [sys.executable, "-m", "adaspec.commands.train", "k=1.5", f"paths.root={tmp_path}"],
         cwd=REPO,
         capture_output=True,
         text=True,

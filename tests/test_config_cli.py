@@ -70,7 +70,7 @@ def test_schemas_are_not_offered_as_group_options():
 
 
 def test_misspelt_group_at_the_entry_point_is_one_line_naming_it(tmp_path):
-    proc = run_entry("adaspec.train", "stgae=ref", f"paths.root={tmp_path / 'out'}")
+    proc = run_entry("adaspec.commands.train", "stgae=ref", f"paths.root={tmp_path / 'out'}")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: unknown config key `stgae`; did you mean `stage`?")
@@ -78,7 +78,7 @@ def test_misspelt_group_at_the_entry_point_is_one_line_naming_it(tmp_path):
 
 
 def test_misspelt_key_in_a_group_at_the_entry_point(tmp_path):
-    proc = run_entry("adaspec.train", "stage.lrr=1e-3", f"paths.root={tmp_path / 'out'}")
+    proc = run_entry("adaspec.commands.train", "stage.lrr=1e-3", f"paths.root={tmp_path / 'out'}")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: unknown config key `stage.lrr`; did you mean `stage.lr`? (allowed: name, lr, weight_decay, "
@@ -89,7 +89,7 @@ def test_misspelt_key_in_a_group_at_the_entry_point(tmp_path):
 
 
 def test_bad_choice_at_the_evaluate_entry_point_names_the_allowed_values(tmp_path):
-    proc = run_entry("adaspec.evaluate", "distill.selection=glob", f"paths.root={tmp_path / 'out'}")
+    proc = run_entry("adaspec.commands.evaluate", "distill.selection=glob", f"paths.root={tmp_path / 'out'}")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert f"`distill.selection`='glob' is invalid: must be one of {', '.join(Selection)};" in line
@@ -105,7 +105,7 @@ def test_bad_choice_at_the_evaluate_entry_point_names_the_allowed_values(tmp_pat
 )
 def test_bad_values_are_refused_before_anything_is_written(tmp_path, override, key):
     root = tmp_path / "outputs"
-    proc = run_entry("adaspec.train", "stage=ref", override, f"paths.root={root}")
+    proc = run_entry("adaspec.commands.train", "stage=ref", override, f"paths.root={root}")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: config key {key}")
@@ -114,7 +114,7 @@ def test_bad_values_are_refused_before_anything_is_written(tmp_path, override, k
 
 def test_hydra_full_error_keeps_hydras_own_report(tmp_path):
     proc = run_entry(
-        "adaspec.train", "stage.lrr=1e-3", f"paths.root={tmp_path}", env={"HYDRA_FULL_ERROR": "1"}
+        "adaspec.commands.train", "stage.lrr=1e-3", f"paths.root={tmp_path}", env={"HYDRA_FULL_ERROR": "1"}
     )
     assert proc.returncode == 1
     assert "Traceback" in proc.stderr and "Could not override 'stage.lrr'" in proc.stderr

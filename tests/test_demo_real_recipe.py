@@ -27,9 +27,9 @@ def recipe() -> list[tuple[str, list[str]]]:
 def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders():
     commands = recipe()
     modules = [m for m, _ in commands]
-    assert modules == ["adaspec.models.fetch", "adaspec.train", "adaspec.answers", "adaspec.cache", "adaspec.train",
-                       "adaspec.train", "adaspec.train", "adaspec.train", "adaspec.evaluate"]
-    configs = [checked_config(*overrides) for module, overrides in commands if module != "adaspec.models.fetch"]
+    assert modules == ["adaspec.commands.models", "adaspec.commands.train", "adaspec.commands.answers", "adaspec.commands.cache", "adaspec.commands.train",
+                       "adaspec.commands.train", "adaspec.commands.train", "adaspec.commands.train", "adaspec.commands.evaluate"]
+    configs = [checked_config(*overrides) for module, overrides in commands if module != "adaspec.commands.models"]
     target, _, cache, stage0, ref, draft04, draft1, evaluation = configs
     assert target.stage.name == "target" and target.stage.max_steps == 0 and str(target.model.name) == "smollm2"
     assert stage0.stage.name == "pretrain_draft" and stage0.pretrain.objective == "kd"  # the best of issue 13's

@@ -16,10 +16,10 @@ from transformers import AutoTokenizer
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta
 from adaspec.config_rules import validate
+from adaspec.data.stdlib_corpus import corpus_blocks
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.errors import UserError
 from adaspec.pipeline import build_data, run_stage
-from adaspec.pretrain import corpus_blocks
 from adaspec.stages import stage_module
 from adaspec.stages.pretrain import DistilPretrain
 from tests.conftest import compose_config

@@ -13,7 +13,7 @@ from tests.conftest import REPO, TINY
 def test_a_stage_prints_each_lightning_message_once_and_no_advertisement(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     run = subprocess.run(
-        [sys.executable, "-m", "adaspec.train", "stage=target", *TINY, f"paths.root={tmp_path / 'outputs'}",
+        [sys.executable, "-m", "adaspec.commands.train", "stage=target", *TINY, f"paths.root={tmp_path / 'outputs'}",
          "trainer.enable_progress_bar=false"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )

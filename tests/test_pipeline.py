@@ -93,7 +93,7 @@ def test_draft_without_reference_names_stage2(tiny_cfg):
 def test_killed_stage_resumes_to_the_same_step_count(tiny_cfg, tmp_path):
     overrides = [*TINY, f"paths.root={tmp_path / 'outputs'}", "stage=target", "stage.max_steps=60",
                  "stage.checkpoint_every_n_steps=5"]
-    proc = subprocess.Popen([sys.executable, "-m", "adaspec.train", *overrides], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "adaspec.commands.train", *overrides], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cfg = tiny_cfg("stage=target", "stage.max_steps=60", "stage.checkpoint_every_n_steps=5")
     last = paths.target_dir(cfg) / "checkpoints" / "last.ckpt"
@@ -124,7 +124,7 @@ def test_multirun_sweep_over_k_shares_one_target_and_reference(tiny_cfg, tmp_pat
     ref = run_stage(tiny_cfg("stage=ref"))
     overrides = [*TINY, f"paths.root={tmp_path / 'outputs'}", "stage.monitor_every_n_steps=0"]
     proc = subprocess.run(
-        [sys.executable, "-m", "adaspec.train", "-m", "stage=draft", "k=0.2,0.6", *overrides],
+        [sys.executable, "-m", "adaspec.commands.train", "-m", "stage=draft", "k=0.2,0.6", *overrides],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -23,7 +23,7 @@ from adaspec import paths
 from adaspec.data.tasks import load_task
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage
-from adaspec.stages.tokenizer import training_texts
+from adaspec.stages.tokenizer_source import training_texts
 from tests.conftest import compose_config
 
 EOS = "<|endoftext|>"

@@ -39,7 +39,7 @@ TIMING_COLUMNS = ("train/tokens_per_s",)
 
 def train(root: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "adaspec.train", *RUN, f"paths.root={root}", *extra]
+    command = [sys.executable, "-m", "adaspec.commands.train", *RUN, f"paths.root={root}", *extra]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

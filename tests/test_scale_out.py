@@ -73,7 +73,7 @@ def test_ddp_two_cpu_processes_write_the_artefact_once(tiny_trained, tmp_path):
                  "trainer.devices=2", "trainer.precision=32-true", "distill.global_quantile=true",
                  "stage.monitor_prompts=2", f"hydra.run.dir={tmp_path / 'hydra'}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "adaspec.train", *overrides], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "adaspec.commands.train", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
@@ -145,7 +145,7 @@ def test_8bit_draft_needs_cuda_and_bitsandbytes(tmp_path):
 
 
 def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys):
-    from adaspec.gpu_check import main
+    from adaspec.commands.gpu_check import main
 
     assert main([]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out

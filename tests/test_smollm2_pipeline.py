@@ -18,13 +18,13 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from adaspec import paths
-from adaspec.cache import build_cache
 from adaspec.config_rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate, prompt_ids, stop_token_id
 from adaspec.data.example import Example
 from adaspec.data.tasks import load_task
 from adaspec.decoding import FixedGamma, speculative_generate, target_generate
+from adaspec.distill.cache_build import build_cache
 from adaspec.distill.teacher_cache import TeacherCache, data_identity
 from adaspec.drafts import load_draft
 from adaspec.evaluation.run import run_evaluation
@@ -229,7 +229,7 @@ def test_the_evaluation_notes_that_hf_assisted_is_skipped_for_a_reduced_draft(ru
 def test_bench_real_times_every_gamma_and_is_exact_when_greedy(run, tmp_path):
     """`make bench-real` on the trained test-size pair: a row per policy and temperature, the greedy runs
     equal to target-only decoding, and the expected speed-up computed from the measured alpha and costs."""
-    from adaspec.bench_real import expected_speedup, main
+    from adaspec.commands.bench_real import expected_speedup, main
 
     _, _, _, tmp = run
     payload = main(["--prompts", "2", "--max-new-tokens", "12", "--gammas", "1,3", "--temperatures", "0,1",

@@ -14,13 +14,13 @@ from transformers import AutoTokenizer
 
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta
-from adaspec.cache import build_cache
 from adaspec.config_rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.target_answers import ANSWERS, answered_examples, ensure_target_answers, read_answers
 from adaspec.data.tasks import held_out_training, load_task
 from adaspec.decoding import target_generate
+from adaspec.distill.cache_build import build_cache
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
 from adaspec.models.build import load_model

@@ -10,10 +10,10 @@ import torch
 from transformers import AutoTokenizer
 
 from adaspec import paths
-from adaspec.cache import build_cache
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import collate
 from adaspec.data.tasks import load_task
+from adaspec.distill.cache_build import build_cache
 from adaspec.distill.selection import select
 from adaspec.distill.teacher import CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache, topk_forward_kl

@@ -18,12 +18,18 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config_identity import fingerprint
+from adaspec.config import Config
+from adaspec.config_identity import fingerprint_of, identity
 from adaspec.drafts.model import ModelDraft
 from adaspec.errors import UserError
 
 META = "meta.json"
 METRICS = "metrics.json"
+
+
+def fingerprint(cfg: DictConfig, stage: str) -> str:
+    """Hash of the config fields that change what `stage` produces (declared in adaspec.config: `counted`)."""
+    return fingerprint_of(identity(Config, cfg, stage))
 
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # adaspec.models.draft_vocab.VOCAB_FILE: a reduced draft's id map

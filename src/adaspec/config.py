@@ -101,7 +101,7 @@ class Architecture(StrEnum):
 
 
 class DraftInit(StrEnum):
-    """How a draft built from `model.draft` starts (adaspec.models.draft_init)."""
+    """How a draft built from `model.draft` starts (adaspec.models.init_from_target)."""
 
     random = "random"
     target_embedding = "target_embedding"  # the target's embedding projected to the draft's width

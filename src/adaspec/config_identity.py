@@ -79,16 +79,14 @@ def _counted(schema: type, section: dict, stage: str, cfg: dict) -> tuple[dict, 
     return kept, flat
 
 
-def identity(cfg: DictConfig, stage: str) -> dict[str, Any]:
-    """What of `cfg` makes `stage`'s artefact: the counted fields, by section, as plain values."""
-    from adaspec.config import Config  # the schema imports this module for `counted`
-
+def identity(schema: type, cfg: DictConfig, stage: str) -> dict[str, Any]:
+    """What of `cfg` (of the dataclass `schema`: adaspec.config.Config) makes `stage`'s artefact: the
+    counted fields, by section, as plain values."""
     plain = OmegaConf.to_container(cfg, resolve=True)
-    kept, flat = _counted(Config, plain, stage, plain)
+    kept, flat = _counted(schema, plain, stage, plain)
     kept = {name: v for name, v in kept.items() if v != {} or not isinstance(plain.get(name), dict)}
     return {**kept, **flat}
 
 
-def fingerprint(cfg: DictConfig, stage: str) -> str:
-    """Hash of `identity(cfg, stage)`: the config sections that change what `stage` produces."""
-    return hashlib.sha256(json.dumps(identity(cfg, stage), sort_keys=True, default=str).encode()).hexdigest()[:16]
+def fingerprint_of(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -22,6 +22,7 @@ from adaspec.artefact_rules import check_not_done, check_upstream, record_run_st
 from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.stdlib_corpus import corpus_blocks, corpus_splits
 from adaspec.data.target_answers import training_splits
 from adaspec.data.tasks import load_task
 from adaspec.distill.budget import apply_token_budget
@@ -29,11 +30,10 @@ from adaspec.distributed import is_global_zero, say
 from adaspec.errors import UserError
 from adaspec.models.build import enable_gradient_checkpointing, n_params
 from adaspec.models.vocab import check_stage_vocabularies
-from adaspec.pretrain import corpus_blocks, corpus_splits, pretrain_stage_config
-from adaspec.stage_specs import Data, stage_dir, stage_of, stage_seed
+from adaspec.stage_specs import Data, pretrain_stage_config, stage_dir, stage_of, stage_seed
 from adaspec.stages import stage_module
 from adaspec.stages.draft_init import ensure_draft_init
-from adaspec.stages.tokenizer import load_tokenizer
+from adaspec.stages.tokenizer_source import load_tokenizer
 from adaspec.trainer import (
     build_trainer,
     checkpoint_log_step,

@@ -7,6 +7,7 @@ Imports nothing from training (no Lightning): evaluation, the cache and diagnost
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,7 +16,33 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from adaspec import paths
-from adaspec.pretrain import pretrains_target
+from adaspec.config import PRETRAIN_STAGES
+
+# Stage 0: `pretrain=stdlib` (objective=lm, from-scratch presets) pre-trains the target (stage=pretrain_target,
+# once) and the draft initialisation (stage=pretrain_draft, per seed) on the standard library's source, and
+# stage 1 fine-tunes that target; `pretrain=distill` (objective=kd, pretrained targets) has the draft distil
+# the stage-1 target on the corpus and pretrain.task_prompts training prompts. Either way the reference and
+# every draft start from stage 0's draft.
+
+
+def uses_pretrain(cfg: DictConfig) -> bool:
+    """Stage 0 makes the draft initialisation (either objective)."""
+    return cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none"
+
+
+def pretrains_target(cfg: DictConfig) -> bool:
+    """Stage 0 also pre-trains the target, which stage 1 then starts from (objective=lm)."""
+    return uses_pretrain(cfg) and cfg.pretrain.objective == "lm"
+
+
+def pretrain_stage_config(cfg: DictConfig) -> DictConfig:
+    """Stage 0 trains with pretrain.lr / batch_size / max_epochs: the task's stage settings are for the task."""
+    if cfg.stage.name not in PRETRAIN_STAGES:
+        return cfg
+    resolved = copy.deepcopy(cfg)
+    for key in ("lr", "batch_size", "max_epochs"):
+        resolved.stage[key] = cfg.pretrain[key]
+    return resolved
 
 
 class Data(StrEnum):
@@ -48,15 +75,15 @@ STAGES: dict[str, Stage] = {
     stage.name: stage
     for stage in (
         Stage("pretrain_target", "pretrain_target", paths.pretrain_target_dir,
-              "python -m adaspec.train pretrain=stdlib stage=pretrain_target", lambda cfg: (),
+              "python -m adaspec.commands.train pretrain=stdlib stage=pretrain_target", lambda cfg: (),
               seed_key="target_seed", data=Data.corpus),
         Stage("pretrain_draft", "pretrain_draft", paths.pretrain_draft_dir,
-              "python -m adaspec.train stage=pretrain_draft", _stage_0_draft_needs, data=Data.corpus),
-        Stage("target", "target", paths.target_dir, "make stage1 (python -m adaspec.train stage=target)",
+              "python -m adaspec.commands.train stage=pretrain_draft", _stage_0_draft_needs, data=Data.corpus),
+        Stage("target", "target", paths.target_dir, "make stage1 (python -m adaspec.commands.train stage=target)",
               _after_stage_0, seed_key="target_seed"),
-        Stage("ref", "ref", paths.ref_dir, "make stage2 (python -m adaspec.train stage=ref)",
+        Stage("ref", "ref", paths.ref_dir, "make stage2 (python -m adaspec.commands.train stage=ref)",
               lambda cfg: ("target",), data=Data.training, makes_draft_init=True),
-        Stage("draft", "draft", paths.draft_dir, "make stage3 (python -m adaspec.train stage=draft)",
+        Stage("draft", "draft", paths.draft_dir, "make stage3 (python -m adaspec.commands.train stage=draft)",
               lambda cfg: ("target", "ref", "draft_init"), data=Data.training),
         # not trained on its own: stage 2 saves it before it trains (from stage 0's draft, where that ran)
         Stage("draft_init", "draft initialisation", paths.draft_init_dir, "make stage2", lambda cfg: ()),

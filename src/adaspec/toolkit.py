@@ -29,7 +29,7 @@ def no_tokenizer_parallelism() -> None:
 
 
 def compose_config(*overrides: str, config_dir: Path = CONF, config_name: str = "config") -> DictConfig:
-    """The project's config composed from `conf/` with Hydra overrides, as `python -m adaspec.train` would."""
+    """The project's config composed from `conf/` with Hydra overrides, as `python -m adaspec.commands.train` would."""
     from hydra import compose, initialize_config_dir
 
     import adaspec.config  # noqa: F401  (registers the schemas)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from adaspec import bench
+from adaspec.commands import bench
 from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError
 from tests.conftest import TINY

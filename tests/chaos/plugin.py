@@ -103,7 +103,7 @@ class ChaosRecorder:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a check NOT RUN or with a KNOWN GAP
 
     def context(self) -> dict:
-        from adaspec.evaluation import sandbox
+        from adaspec.sandbox import isolation as sandbox
 
         return {
             "command": self.command,

@@ -1,4 +1,4 @@
-"""Issue 16's bad inputs at every entry point but `adaspec.train` (tests/test_config_cli.py has those):
+"""Issue 16's bad inputs at every entry point but `adaspec.commands.train` (tests/test_config_cli.py has those):
 each is refused in one line on stderr with exit status 2, before anything is written."""
 
 from __future__ import annotations

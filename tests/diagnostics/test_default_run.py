@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from adaspec import paths
-from adaspec.diagnose import run_diagnosis
+from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import MAX_RELATIVE_CI
 from adaspec.evaluation.run import run_evaluation

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from adaspec import paths
-from adaspec.diagnose import run_diagnosis
+from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import CostRatio
 from adaspec.pipeline import run_stage

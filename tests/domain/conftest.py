@@ -8,7 +8,7 @@ import pytest
 
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
-from adaspec.stages.tokenizer import training_texts
+from adaspec.stages.tokenizer_source import training_texts
 from tests.conftest import compose_config
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""`python -m adaspec.evaluate` end to end on a tiny trained pipeline, and its errors."""
+"""`python -m adaspec.commands.evaluate` end to end on a tiny trained pipeline, and its errors."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def test_a_missing_draft_is_reported_in_one_line(trained, capsys):
 def test_command_line_checks_the_config_first(tmp_path):
     """The Hydra entry point `make eval` runs: a bad value fails in one line, before the heavy imports."""
     proc = subprocess.run(
-        [sys.executable, "-m", "adaspec.evaluate", f"paths.root={tmp_path}", "eval.n_prompts=0"],
+        [sys.executable, "-m", "adaspec.commands.evaluate", f"paths.root={tmp_path}", "eval.n_prompts=0"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: config key `eval.n_prompts`=0")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from adaspec.models.draft_init import embedding_projection, init_draft, target_embedding, target_layers
 from adaspec.models.draft_vocab import DraftVocab, most_frequent_vocab
+from adaspec.models.init_from_target import embedding_projection, init_draft, target_embedding, target_layers
 
 V = 128
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from adaspec.commands.paper import collect
 from adaspec.data.tasks import held_out_training, load_task
-from adaspec.paper.__main__ import collect
 from adaspec.paper.plan import TASKS, paper_plan
 from adaspec.paper.runner import compose_step, run_plan
 from tests.conftest import SHARED_DATA

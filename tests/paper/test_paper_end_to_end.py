@@ -31,7 +31,7 @@ def run_paper(tmp_path, *args: str) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
-        "adaspec.paper",
+        "adaspec.commands.paper",
         "--seeds",
         "0",
         "1",
@@ -70,7 +70,7 @@ def test_paper_runs_every_experiment_config_and_collects_it(tmp_path):
     expected = [d["k0.4"]["accept_rate"] - d["k1"]["accept_rate"] for d in seed_values]
     assert diff["values"] == pytest.approx(expected) and len(diff["ci95"]) == 2
     assert "mbpp/pass@1" in mbpp["target"]
-    from adaspec.evaluation.sandbox import isolation_summary
+    from adaspec.sandbox.isolation import isolation_summary
 
     main = {task: json.loads((results / task / "seed0" / "main.json").read_text()) for task in ("gsm8k", "mbpp")}
     assert main["mbpp"]["code_sandbox"] == isolation_summary() and main["gsm8k"]["code_sandbox"] is None

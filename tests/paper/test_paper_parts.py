@@ -18,20 +18,20 @@ from tests.conftest import compose_config
 
 def test_plan_trains_each_target_once_and_puts_every_sweep_after_the_main_results():
     steps = [s.command() for s in paper_plan([TASKS["gsm8k"], TASKS["mbpp"]], [0, 1, 2])]
-    assert steps.count("python -m adaspec.train paper=gsm8k stage=target") == 1
-    assert steps.count("python -m adaspec.train paper=mbpp stage=pretrain_target") == 1
+    assert steps.count("python -m adaspec.commands.train paper=gsm8k stage=target") == 1
+    assert steps.count("python -m adaspec.commands.train paper=mbpp stage=pretrain_target") == 1
     for seed in (0, 1, 2):
-        assert f"python -m adaspec.evaluate paper=gsm8k seed={seed}" in steps
-        assert f"python -m adaspec.train paper=mbpp stage=pretrain_draft seed={seed}" in steps
-        assert f"python -m adaspec.train paper=gsm8k_matched stage=draft seed={seed} k=1" in steps
+        assert f"python -m adaspec.commands.evaluate paper=gsm8k seed={seed}" in steps
+        assert f"python -m adaspec.commands.train paper=mbpp stage=pretrain_draft seed={seed}" in steps
+        assert f"python -m adaspec.commands.train paper=gsm8k_matched stage=draft seed={seed} k=1" in steps
     last_main = max(
-        i for i, s in enumerate(steps) if s.startswith("python -m adaspec.evaluate paper=mbpp seed=2")
+        i for i, s in enumerate(steps) if s.startswith("python -m adaspec.commands.evaluate paper=mbpp seed=2")
     )
     first_sweep = min(i for i, s in enumerate(steps) if "eval.name=" in s or "k=0.1" in s)
     assert last_main < first_sweep
     # every stage comes after the stages it needs
-    assert steps.index("python -m adaspec.train paper=mbpp stage=pretrain_draft seed=1") < steps.index(
-        "python -m adaspec.train paper=mbpp stage=ref seed=1"
+    assert steps.index("python -m adaspec.commands.train paper=mbpp stage=pretrain_draft seed=1") < steps.index(
+        "python -m adaspec.commands.train paper=mbpp stage=ref seed=1"
     )
 
 
@@ -157,8 +157,8 @@ def test_an_extra_arm_without_its_own_distillspec_is_paired_with_arm_a():
 
 
 def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the_greedy_ones(tmp_path):
+    from adaspec.commands.paper import collect
     from adaspec.evaluation.run import results_dir
-    from adaspec.paper.__main__ import collect
     from adaspec.paper.runner import compose_step
 
     task, extra = TASKS["smollm2_gsm8k"], [f"paths.root={tmp_path / 'out'}"]
@@ -247,7 +247,7 @@ def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
 
 
 def test_wall_times_count_each_step_under_the_task_whose_plan_composes_it():
-    from adaspec.paper.__main__ import task_of_config
+    from adaspec.commands.paper import task_of_config
     from adaspec.paper.plan import TASKS
 
     names = list(TASKS)

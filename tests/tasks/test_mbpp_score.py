@@ -7,7 +7,6 @@ import pytest
 from adaspec.data.example import Example
 from adaspec.data.mbpp import checking_program, load_mbpp
 from adaspec.data.sources import read_jsonl
-from adaspec.evaluation.checked_asserts import plan_tests, top_level_names
 from adaspec.evaluation.mbpp_score import (
     KNOWN_BROKEN_MBPP_TEST_IDS,
     METRIC,
@@ -15,6 +14,7 @@ from adaspec.evaluation.mbpp_score import (
     pass_at_1,
     run_sample,
 )
+from adaspec.sandbox.checked_asserts import plan_tests, top_level_names
 from tests.tasks.conftest import task_cfg
 
 ADD_TESTS = "assert add(1, 2) == 3\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from adaspec.evaluation import sandbox
-from adaspec.evaluation.checked_asserts import NotPlainData, decode_plain, first_failed_check, plan_tests
-from adaspec.evaluation.sandbox import Isolation, run_program
+from adaspec.sandbox import isolation as sandbox
+from adaspec.sandbox.checked_asserts import NotPlainData, decode_plain, first_failed_check, plan_tests
+from adaspec.sandbox.isolation import Isolation, run_program
 
 pytestmark = pytest.mark.chaos("scorer")
 

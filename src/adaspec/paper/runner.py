@@ -51,7 +51,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
         run_stage(cfg)
         return True
     if step.kind == "cache":
-        from adaspec.cache import build_cache  # see above
+        from adaspec.distill.cache_build import build_cache  # see above
 
         existed = paths.teacher_cache_dir(cfg).exists()
         build_cache(cfg)  # checks the cache's identity when it exists

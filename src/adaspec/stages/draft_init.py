@@ -1,7 +1,7 @@
 """The weights the reference and every stage-3 draft of a seed start from, saved once as an artefact.
 
 A draft built from `model.draft` starts as `model.draft_init` says (random, or from the target artefact:
-`adaspec.models.draft_init`). With `model.draft_vocab_size` > 0 its embedding and head keep only the rows of
+`adaspec.models.init_from_target`). With `model.draft_vocab_size` > 0 its embedding and head keep only the rows of
 the most frequent target tokens of the training split; the id map is saved as `draft_vocab.json` beside
 the weights, and every reference and draft trained from it carries it on (`adaspec.drafts.load_draft`).
 """
@@ -23,11 +23,11 @@ from adaspec.distributed import is_global_zero, wait_for
 from adaspec.drafts import ModelDraft, load_draft
 from adaspec.errors import UserError
 from adaspec.models.build import load_model, n_params, pretrained_tokenizer, resize_embeddings, scratch_model
-from adaspec.models.draft_init import init_draft
 from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
+from adaspec.models.init_from_target import init_draft
 from adaspec.models.vocab import vocabulary_mismatch
-from adaspec.pretrain import uses_pretrain
+from adaspec.stage_specs import uses_pretrain
 
 
 def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Path:

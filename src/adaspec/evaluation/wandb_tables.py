@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from adaspec.evaluation.plots import alpha_curve, rejection_curve
+from adaspec.evaluation.curves import alpha_curve, rejection_curve
 from adaspec.evaluation.report import TABLE_COLUMNS
 from adaspec.toolkit import wandb_enabled
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from adaspec.evaluation.plots import save_png
+from adaspec.evaluation.curves import save_png
 
 
 def plot_k_sweep(task: str, results: dict[str, Any], path: Path) -> Path:

@@ -1,43 +1,34 @@
-"""Build the teacher-signal cache: `python -m adaspec.cache [distill.cache_mode=exact|topk]` (`make cache`).
-
-Runs the trained target once over the task's training split; stages 2 and 3 then read it with
-`distill.teacher=cache` instead of running the target on every batch.
-"""
+"""Build the teacher-signal cache of a config's target (`make cache`, the paper runner, bench): the trained
+target run once over the task's training split, or a smaller top-K cut from a larger one."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from omegaconf import DictConfig
+from transformers import AutoTokenizer
 
 from adaspec import paths
-from adaspec.cli import hydra_entry
+from adaspec.artefact_rules import cache_identity, require_artefact
+from adaspec.data.datamodule import TaskDataModule
+from adaspec.data.target_answers import ensure_target_answers, training_splits
+from adaspec.data.tasks import load_task
+from adaspec.distill.teacher_cache import (
+    CacheSpec,
+    TeacherCache,
+    answer_counts,
+    cache_bytes,
+    derive_topk,
+    write_teacher_cache,
+)
 from adaspec.errors import UserError
-from adaspec.toolkit import device_for, no_tokenizer_parallelism
-
-no_tokenizer_parallelism()
+from adaspec.models.build import freeze, load_model
+from adaspec.toolkit import device_for
 
 
 def build_cache(cfg: DictConfig) -> Path:
     """The teacher cache of `cfg`'s target, built or found up to date; `cfg` is validated where it was
     composed (the entry point, the paper runner)."""
-    # imported here, not at the top: `python -m adaspec.cache` answers a bad config in a second
-    from transformers import AutoTokenizer
-
-    from adaspec.artefact_rules import cache_identity, require_artefact
-    from adaspec.data.datamodule import TaskDataModule
-    from adaspec.data.target_answers import ensure_target_answers, training_splits
-    from adaspec.data.tasks import load_task
-    from adaspec.distill.teacher_cache import (
-        CacheSpec,
-        TeacherCache,
-        answer_counts,
-        cache_bytes,
-        derive_topk,
-        write_teacher_cache,
-    )
-    from adaspec.models.build import freeze, load_model
-
     require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
     target_final = paths.final(paths.target_dir(cfg))
     folder = paths.teacher_cache_dir(cfg)
@@ -88,8 +79,6 @@ def build_cache(cfg: DictConfig) -> Path:
 
 def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):
     """A finished top-K' cache (K' > K) beside `folder` for the same target and data, the smallest such."""
-    from adaspec.distill.teacher_cache import TeacherCache  # see build_cache
-
     if spec.mode != "topk" or not folder.parent.is_dir():
         return None
     prefix = folder.name[: -len(spec.name)]  # "" or "target-answers-"
@@ -104,12 +93,3 @@ def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):
                 continue
             found.append(cache)
     return min(found, key=lambda c: c.spec.topk, default=None)
-
-
-@hydra_entry
-def main(cfg: DictConfig) -> None:
-    build_cache(cfg)
-
-
-if __name__ == "__main__":
-    main()

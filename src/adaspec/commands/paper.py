@@ -1,6 +1,6 @@
-"""`make paper` = `python -m adaspec.paper`: run the AdaSPEC vs DistillSpec comparison, then collect it.
+"""`make paper` = `python -m adaspec.commands.paper`: run the AdaSPEC vs DistillSpec comparison, then collect it.
 
-    python -m adaspec.paper [--tasks gsm8k mbpp] [--seeds 0 1 2] [--no-sweeps] [--collect-only] [--dry-run]
+    python -m adaspec.commands.paper [--tasks gsm8k mbpp] [--seeds 0 1 2] [--no-sweeps] [--collect-only] [--dry-run]
                             [--results experiments/results] [hydra overrides for every step ...]
 
 Resumable: rerun the same command after an interruption and it continues where it stopped.
@@ -23,7 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.plan import DEFAULT_TASKS, TASKS
 
-    parser = argparse.ArgumentParser(prog="python -m adaspec.paper", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m adaspec.commands.paper", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument(
@@ -92,7 +92,7 @@ def collect(
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
     from adaspec.paper.plan import SAMPLED_EVAL, Step, sweep_steps
-    from adaspec.paper.plots import plot_gamma_sweep, plot_k_sweep
+    from adaspec.paper.sweep_plots import plot_gamma_sweep, plot_k_sweep
 
     summary: dict[str, Any] = {}
     sweep_tables: dict[str, Any] = {}
@@ -134,7 +134,7 @@ def collect(
             sweep_tables[task.name] = sweep_rows(k_sweep, fixed, adaptive)
     if not summary:
         raise UserError(
-            "no finished evaluation to collect yet: run `make paper` (python -m adaspec.paper) first"
+            "no finished evaluation to collect yet: run `make paper` (python -m adaspec.commands.paper) first"
         )
     write_summary(out, summary, sweep_tables)
     print((out / "summary.md").read_text())
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
             run_plan(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
         summary, images = collect(tasks, args.seeds, args.overrides, args.results, args.sweeps)
         from adaspec.paper.plan import Step
-        from adaspec.paper.wandb_log import log_paper
+        from adaspec.paper.wandb_summary import log_paper
 
         # the run's logger and paths.root, as every step composes them
         run_cfg = compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides)

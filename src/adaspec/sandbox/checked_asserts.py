@@ -49,7 +49,7 @@ PLAIN_TAGS = ("tuple", "set", "frozenset", "dict", "complex", "bytes")
 
 
 class NotPlainData(ValueError):
-    """The sandbox's report is not the plain-data encoding `sandbox_child.encode_plain` writes."""
+    """The sandbox's report is not the plain-data encoding `child.encode_plain` writes."""
 
 
 @dataclass(frozen=True)

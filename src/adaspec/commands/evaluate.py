@@ -1,4 +1,4 @@
-"""Evaluate trained drafts: `python -m adaspec.evaluate [eval.draft_ks=[0.4,1.0]] [decode=...] [gamma=...]`.
+"""Evaluate trained drafts: `python -m adaspec.commands.evaluate [eval.draft_ks=[0.4,1.0]] [decode=...] [gamma=...]`.
 
 Speculative decoding of the target with each draft against target-only decoding and Hugging Face
 assisted generation; see `adaspec.evaluation.run`. Results land in `<eval_dir>/<setting>/`.

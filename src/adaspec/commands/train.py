@@ -1,4 +1,4 @@
-"""Train one stage: `python -m adaspec.train stage=target|ref|draft [task=...] [model=...] [k=...]`."""
+"""Train one stage: `python -m adaspec.commands.train stage=target|ref|draft [task=...] [model=...] [k=...]`."""
 
 from __future__ import annotations
 

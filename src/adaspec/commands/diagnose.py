@@ -1,4 +1,4 @@
-"""`python -m adaspec.diagnose` (`make diagnose`): the practice note's troubleshooting guide, run.
+"""`python -m adaspec.commands.diagnose` (`make diagnose`): the practice note's troubleshooting guide, run.
 
 Reads the run's artefacts, logs and evaluation results (found from the config like the stages
 find them; nothing is retrained), prints a verdict per check with the measured value, the

@@ -1,6 +1,6 @@
-"""`make bench` (`python -m adaspec.bench`): decoding speed and training-step cost, written as JSON.
+"""`make bench` (`python -m adaspec.commands.bench`): decoding speed and training-step cost, written as JSON.
 
-    python -m adaspec.bench [--name arith] [--models tiny,small] [--prompts 20] [--gamma 5]
+    python -m adaspec.commands.bench [--name arith] [--models tiny,small] [--prompts 20] [--gamma 5]
                             [--max-new-tokens 96] [--no-training] [--train-steps 10] [--threads 2]
                             [hydra overrides for every config it composes ...]
 
@@ -138,9 +138,9 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from transformers import AutoTokenizer
 
-    from adaspec.cache import build_cache
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
+    from adaspec.distill.cache_build import build_cache
     from adaspec.stages import STAGE_MODULES, stage_module
     from adaspec.stages.target import TargetFinetune
 
@@ -200,7 +200,7 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """Flags for the benchmark's own settings, then Hydra overrides for the models' config (as `make paper`
     and `make gpu-check` take them)."""
-    parser = argparse.ArgumentParser(prog="python -m adaspec.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m adaspec.commands.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="arith", help="results file bench/results/<name>.json")
     parser.add_argument("--models", type=lambda s: s.split(","), default=["tiny", "small"],
                         help="comma-separated model configs, e.g. tiny,small")
@@ -217,7 +217,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if key in vars(args) and key != "overrides":
             flag = "--no-training" if key == "training" else f"--{key.replace('_', '-')} VALUE"
             raise UserError(f"bench argument {override!r}: bench's own settings are flags, use {flag} "
-                            f"(see python -m adaspec.bench --help); key=value arguments are Hydra overrides")
+                            f"(see python -m adaspec.commands.bench --help); key=value arguments are Hydra overrides")
     return args
 
 
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "name": args.name,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
-        "command": "python -m adaspec.bench " + " ".join(argv),
+        "command": "python -m adaspec.commands.bench " + " ".join(argv),
         "decoding": [],
         "training": [],
     }

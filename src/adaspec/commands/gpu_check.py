@@ -1,4 +1,4 @@
-"""`make gpu-check` (`python -m adaspec.gpu_check`): does the GPU path work on this machine, and how fast?
+"""`make gpu-check` (`python -m adaspec.commands.gpu_check`): does the GPU path work on this machine, and how fast?
 
 On a machine with a CUDA GPU it runs the three training stages of the embedded default (task=arith,
 model=tiny) for a few steps each with `trainer=gpu` (bf16-mixed autocast) and

@@ -1,6 +1,6 @@
-"""The process side of `adaspec.evaluation.sandbox`: run as a script, never imported.
+"""The process side of `adaspec.sandbox.isolation`: run as a script, never imported.
 
-Started as `python -I -S -B sandbox_child.py` with a JSON spec on stdin. In order, it:
+Started as `python -I -S -B child.py` with a JSON spec on stdin. In order, it:
   1. reads the spec, keeps only stdin/stdout/stderr and the report descriptor open, and compiles the
      program, the test setup and the probes (expressions whose values the judge needs),
   2. sets resource limits (memory, CPU, file size, open files, processes),

@@ -1,6 +1,6 @@
-"""`make bench-real` (`python -m adaspec.bench_real`): speed on the real target, written as JSON.
+"""`make bench-real` (`python -m adaspec.commands.bench_real`): speed on the real target, written as JSON.
 
-    python -m adaspec.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
+    python -m adaspec.commands.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
                                  [--gammas 1,2,3,4,5,6,8] [--temperatures 0,1] [--k 0.4] [--threads 2]
                                  [hydra overrides naming the trained pair, as for stages 2-3 ...]
 
@@ -103,7 +103,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m adaspec.bench_real", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m adaspec.commands.bench_real", description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="smollm2", help="results file bench/results/<name>.json")
     parser.add_argument("--prompts", type=int, default=10, help="test prompts to decode")
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     payload: dict[str, Any] = {
         "name": args.name,
-        "command": "python -m adaspec.bench_real " + " ".join(argv),
+        "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
         "target": str(target_folder), "draft": str(draft_folder),

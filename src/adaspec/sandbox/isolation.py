@@ -22,7 +22,7 @@ Isolation, the strongest this host allows (`isolation()`; a weaker one is announ
 In both: `python -I -S -B` (no site-packages, no PYTHON* variables), a scrubbed environment, limits on
 address space, CPU seconds, file size, open files and processes, a wall-clock timeout after which
 everything the run started is killed (it is killed after every run), and the Python-level guards of
-`sandbox_child.py` (fork/exec/kill/sockets/ctypes refused, writes outside the working directory
+`child.py` (fork/exec/kill/sockets/ctypes refused, writes outside the working directory
 refused), which under bubblewrap only give clearer errors.
 
 Known gaps: without bubblewrap, a program can read what `nobody` may read (the task files included),
@@ -49,11 +49,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaspec.evaluation.checked_asserts import NotPlainData, decode_report, first_failed_check, plan_tests
+from adaspec.sandbox.checked_asserts import NotPlainData, decode_report, first_failed_check, plan_tests
 
 log = logging.getLogger(__name__)
 
-CHILD_SCRIPT = Path(__file__).with_name("sandbox_child.py")
+CHILD_SCRIPT = Path(__file__).with_name("child.py")
 CHILD_EXIT_CODE_RAISED = 1
 CHILD_EXIT_SETUP_FAILED = 3
 UNPRIVILEGED_USER = "nobody"
@@ -65,7 +65,7 @@ NAMESPACE_PREFIX = ["unshare", "--net", "--pid", "--fork", "--kill-child"]
 BWRAP_NAMESPACES = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
 BWRAP_LIFETIME = ["--unshare-cgroup-try", "--die-with-parent", "--new-session"]
 BWRAP_TMPFS_BYTES = 4 * MAX_FILE_BYTES
-BWRAP_CHILD_SCRIPT = "/sandbox/sandbox_child.py"
+BWRAP_CHILD_SCRIPT = "/sandbox/child.py"
 BWRAP_WORKDIR = "/tmp/work"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")

@@ -1,4 +1,4 @@
-"""Generate the target's answers to the training prompts: `python -m adaspec.answers` (`make answers`).
+"""Generate the target's answers to the training prompts: `python -m adaspec.commands.answers` (`make answers`).
 
 What `distill.data=target` trains stages 2-3 on (adaspec.data.target_answers). Resumable: a rerun
 continues with the prompts not answered yet. `make cache ... distill.data=target` runs this first itself.
