@@ -35,7 +35,7 @@ def command(entry: str, tmp: Path) -> list[str]:
         "paper": ["--tasks", "gsm8k", "--seeds", "0", "--no-sweeps", "--results", str(tmp / "results")],
         "bench": ["--name", BENCH_NAME, "--no-training", "--prompts", "1"],
     }
-    return [sys.executable, "-m", f"adaspec.{entry}", *extra.get(entry, []), f"paths.root={tmp / 'outputs'}"]
+    return [sys.executable, "-m", f"adaspec.commands.{entry}", *extra.get(entry, []), f"paths.root={tmp / 'outputs'}"]
 
 
 def written_under(tmp: Path) -> list[Path]:

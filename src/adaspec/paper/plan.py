@@ -31,7 +31,7 @@ class Step:
     def command(self) -> str:
         """The same step as a standalone command."""
         module = {"train": "train", "pretrain": "train", "cache": "cache", "eval": "evaluate"}[self.kind]
-        return f"python -m adaspec.{module} " + " ".join(self.overrides)
+        return f"python -m adaspec.commands.{module} " + " ".join(self.overrides)
 
 
 @dataclass(frozen=True)
