@@ -16,7 +16,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from adaspec import paths
-from adaspec.config import PRETRAIN_STAGES
 
 # Stage 0: `pretrain=stdlib` (objective=lm, from-scratch presets) pre-trains the target (stage=pretrain_target,
 # once) and the draft initialisation (stage=pretrain_draft, per seed) on the standard library's source, and
@@ -37,7 +36,7 @@ def pretrains_target(cfg: DictConfig) -> bool:
 
 def pretrain_stage_config(cfg: DictConfig) -> DictConfig:
     """Stage 0 trains with pretrain.lr / batch_size / max_epochs: the task's stage settings are for the task."""
-    if cfg.stage.name not in PRETRAIN_STAGES:
+    if stage_of(cfg).data != Data.corpus:
         return cfg
     resolved = copy.deepcopy(cfg)
     for key in ("lr", "batch_size", "max_epochs"):

@@ -132,10 +132,17 @@ def rule(name: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def _record(delta: torch.Tensor, selected: torch.Tensor, cut: float | None, **rest) -> SelectionRecord:
+def _record(
+    delta: torch.Tensor,
+    selected: torch.Tensor,
+    cut: float | None,
+    weights: torch.Tensor | None = None,
+    out_of_band: bool = False,
+) -> SelectionRecord:
+    """The record of a rule that kept `selected`; `cut` None: the dL of the last token kept."""
     if cut is None:
         cut = float(delta[selected].min()) if selected.any() else float("nan")
-    return SelectionRecord(selected=selected, threshold=cut, delta=delta, **{"weights": None, **rest})
+    return SelectionRecord(selected, weights, cut, delta, out_of_band)
 
 
 def _everything(delta: torch.Tensor) -> SelectionRecord:
