@@ -60,15 +60,10 @@ class Draft(ABC):
     def step_seconds(self, prompt: Tensor, width: int, repeats: int = 30) -> float:
         """Median seconds of one proposal on top of `prompt [1, T]` (all but its last token already read):
         what one draft call of a block costs."""
-        times = []
-        for _ in range(repeats):
-            session = self.start(prompt, width)
-            sync(prompt)
-            started = time.perf_counter()
-            session.propose(prompt[0], 1, 0.0, None)
-            sync(prompt)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times)
+        return median_seconds(
+            lambda: self.start(prompt, width), lambda session: session.propose(prompt[0], 1, 0.0, None), prompt,
+            repeats,
+        )
 
     def hf_assisted_kwargs(self, gamma: int) -> dict[str, Any] | None:
         """What `target.generate` takes to run this draft as HF assisted generation with `gamma` tokens per
@@ -86,6 +81,20 @@ class Draft(ABC):
 
     def eval(self) -> Draft:
         return self
+
+
+def median_seconds(prepare: Callable[[], Any], call: Callable[[Any], Any], on: Tensor, repeats: int) -> float:
+    """Median seconds of `call(prepare())` over `repeats` fresh preparations, only the call timed (with the
+    device of `on` synchronised around it)."""
+    times = []
+    for _ in range(repeats):
+        prepared = prepare()
+        sync(on)
+        started = time.perf_counter()
+        call(prepared)
+        sync(on)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def sync(tensor: Tensor) -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 from transformers import DynamicCache
 
 from adaspec.decoding.kv import forward
 from adaspec.drafts import Draft
-from adaspec.drafts.base import sync
+from adaspec.drafts.base import median_seconds
 
 
 @torch.inference_mode()
@@ -18,16 +15,14 @@ def forward_seconds(model, prompt: torch.Tensor, n_tokens: int = 1, repeats: int
     """Median seconds of one forward of the target `model` over the last `n_tokens` of `prompt` on top of
     the cached rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1)."""
     context, new = prompt[:, :-n_tokens], prompt[:, -n_tokens:]
-    times = []
-    for _ in range(repeats):
+
+    def cached_context() -> DynamicCache:
         cache = DynamicCache(config=model.config)
         forward(model, context, cache, logits_to_keep=1)
-        sync(prompt)
-        start = time.perf_counter()
-        forward(model, new, cache, logits_to_keep=n_tokens)
-        sync(prompt)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        return cache
+
+    return median_seconds(cached_context, lambda cache: forward(model, new, cache, logits_to_keep=n_tokens), prompt,
+                          repeats)
 
 
 @torch.inference_mode()
