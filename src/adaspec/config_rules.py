@@ -243,6 +243,8 @@ def _validate_decode(decode: DictConfig) -> None:
     _check(threshold >= 1, "decode.long_context_threshold", threshold, "must be >= 1")
     reduction = decode.long_context_reduction
     _check(reduction in (1, 2), "decode.long_context_reduction", reduction, "must be 1 or 2")
+    _check(not decode.compile or decode.kv_cache == "static", "decode.compile", decode.compile,
+           "a compiled target decodes on a preallocated cache: add decode.kv_cache=static")
 
 
 def _validate_eval(ev: DictConfig) -> None:

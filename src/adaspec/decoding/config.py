@@ -17,6 +17,16 @@ class DraftQuant(StrEnum):
     int8 = "int8"
 
 
+class Precision(StrEnum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+class KVCacheKind(StrEnum):
+    dynamic = "dynamic"  # grows by concatenation, cropped by slicing (transformers' DynamicCache)
+    static = "static"  # preallocated, written in place and cropped by moving its length back (StaticCache)
+
+
 @dataclass
 class DecodeConfig:
     """conf/decode/<policy>.yaml sets only `policy` and links `gamma` to the top-level `gamma`; the rest
@@ -30,3 +40,8 @@ class DecodeConfig:
     long_context_threshold: int = 2048  # beyond this many context tokens, gamma is lowered ...
     long_context_reduction: int = 1  # ... by this much (1 or 2), never below 1
     draft_quant: DraftQuant = DraftQuant.none  # int8: also evaluate an 8-bit copy of each draft
+    # How the models run while decoding (adaspec.decoding.serving): what a speed-up is measured in.
+    target_dtype: Precision = Precision.float32
+    draft_dtype: Precision = Precision.float32
+    kv_cache: KVCacheKind = KVCacheKind.dynamic  # the target's; a draft's cache stays dynamic
+    compile: bool = False  # torch.compile the target's decoding steps (needs kv_cache=static)

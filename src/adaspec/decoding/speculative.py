@@ -7,10 +7,13 @@ all were accepted). The target's cache and the draft's state are then cropped ba
 so the prompt is never re-encoded. `adaspec.decoding.blocks.run_blocks` decides gamma and what a block
 emits; this module only proposes and verifies.
 
-The target is called directly (``use_cache=True``, ``logits_to_keep``), never ``model.generate``.
-With ``temperature == 0`` the output equals the target's greedy decoding (``target_generate``),
-up to floating-point ties: the target scores a block in one multi-token forward, whose logits may
-differ in the last bits from one-token forwards.
+The target is called directly, through `adaspec.decoding.serving.Served` (its precision, eager or compiled
+steps, its KV cache), never ``model.generate``. With ``temperature == 0`` the output equals the target's
+greedy decoding (``target_generate``) in the same serving configuration, up to floating-point ties: the
+target scores a block in one multi-token forward, whose logits may differ in the last bits from one-token
+forwards (in bfloat16, often enough to be counted: `adaspec.decoding.exactness`). The verification forward
+is the reference: every emitted token is the target's argmax (or sample) given the emitted context, as
+that forward computed it.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ import time
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from adaspec.decoding.blocks import run_blocks
-from adaspec.decoding.kv import crop_cache, forward
 from adaspec.decoding.policies import Policy
+from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
 from adaspec.drafts.base import Draft
+
+
+MAX_BLOCK = 33  # the longest verification: gamma <= 32 proposals and the token before them
 
 
 def _probs(logits: Tensor, temperature: float) -> Tensor:
@@ -80,7 +86,7 @@ def verify_block(
 
 @torch.inference_mode()
 def speculative_generate(
-    target: PreTrainedModel,
+    target: PreTrainedModel | Served,
     draft: Draft,
     input_ids: Tensor,
     *,
@@ -99,10 +105,11 @@ def speculative_generate(
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     start = time.perf_counter()
+    target = as_served(target)
     width = draft.verify_width(target.config.vocab_size)
-    target_cache = DynamicCache(config=target.config)
+    target_cache = target.new_cache(input_ids.shape[1] + max_new_tokens + MAX_BLOCK)
     if input_ids.shape[1] > 1:  # prefill all but the last prompt token; it is fed with the first block
-        forward(target, input_ids[:, :-1], target_cache, logits_to_keep=1)
+        target.prefill(input_ids[:, :-1], target_cache)
     session = draft.start(input_ids, width)
     context = input_ids[0]  # the prompt and every emitted token (target ids)
 
@@ -113,7 +120,7 @@ def speculative_generate(
 
         # 2. The target scores every proposal in one forward over [last context token, d_1..d_n].
         target_ids = torch.cat([context[-1:], proposals]).view(1, -1)
-        target_logits = forward(target, target_ids, target_cache)[:, :width]
+        target_logits = target.step(target_ids, target_cache)[:, :width]
 
         # 3. Accept a prefix of the proposals and take the target's correction or bonus token after it.
         if temperature == 0:
@@ -125,7 +132,7 @@ def speculative_generate(
 
         # 4. Crop the target's cache and the draft's state to the context plus the accepted proposals.
         kept = context.shape[0] + n
-        crop_cache(target_cache, kept)
+        target.crop(target_cache, kept)
         session.rollback(kept)
         context = torch.cat([context, proposals[:n], next_token.view(1)])
         return len(proposed), n, proposed[:n] + [next_id]
@@ -137,7 +144,7 @@ def speculative_generate(
 
 @torch.inference_mode()
 def target_generate(
-    target: PreTrainedModel,
+    target: PreTrainedModel | Served,
     input_ids: Tensor,
     *,
     max_new_tokens: int,
@@ -149,14 +156,15 @@ def target_generate(
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     start = time.perf_counter()
-    cache = DynamicCache(config=target.config)
+    target = as_served(target)
+    cache = target.new_cache(input_ids.shape[1] + max_new_tokens)
     generated: list[Tensor] = []
-    x = input_ids
+    logits = target.prefill(input_ids, cache) if max_new_tokens > 0 else None
     for _ in range(max_new_tokens):
-        tok = _pick(forward(target, x, cache, logits_to_keep=1)[-1], temperature, generator)
+        tok = _pick(logits, temperature, generator)
         generated.append(tok)
-        if eos_token_id is not None and tok.item() == eos_token_id:
+        if eos_token_id is not None and tok.item() == eos_token_id or len(generated) == max_new_tokens:
             break
-        x = tok.view(1, 1)
+        logits = target.step(tok.view(1, 1), cache)[-1]
     tokens = torch.cat(generated).tolist() if generated else []
     return GenerationResult(tokens=tokens, target_calls=len(tokens), wall_time_s=time.perf_counter() - start)

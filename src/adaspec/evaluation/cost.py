@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
 
-from adaspec.decoding.kv import forward
+from adaspec.decoding.serving import as_served
 from adaspec.drafts import Draft
 from adaspec.drafts.base import median_seconds
 
@@ -13,16 +12,17 @@ from adaspec.drafts.base import median_seconds
 @torch.inference_mode()
 def forward_seconds(model, prompt: torch.Tensor, n_tokens: int = 1, repeats: int = 30) -> float:
     """Median seconds of one forward of the target `model` over the last `n_tokens` of `prompt` on top of
-    the cached rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1)."""
+    the cached rest, with their logits: a decoding step (1) or the verification of gamma proposals (gamma + 1).
+    `model` may be `Served` in a serving configuration (adaspec.decoding.serving); a plain model runs as it is."""
+    served = as_served(model)
     context, new = prompt[:, :-n_tokens], prompt[:, -n_tokens:]
 
-    def cached_context() -> DynamicCache:
-        cache = DynamicCache(config=model.config)
-        forward(model, context, cache, logits_to_keep=1)
+    def cached_context():
+        cache = served.new_cache(prompt.shape[1])
+        served.prefill(context, cache)
         return cache
 
-    return median_seconds(cached_context, lambda cache: forward(model, new, cache, logits_to_keep=n_tokens), prompt,
-                          repeats)
+    return median_seconds(cached_context, lambda cache: served.step(new, cache), prompt, repeats)
 
 
 @torch.inference_mode()

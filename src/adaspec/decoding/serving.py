@@ -1,0 +1,156 @@
+"""How a model runs while it decodes: its precision, eager or compiled steps, and the KV cache it decodes on.
+
+`Served` is a model as the decoding loops call it: `new_cache`, `prefill` (the prompt, always eager: its
+length varies) and `step` (a few new tokens on top of the cache: one for target-only decoding, gamma + 1
+for a verification). On this CPU a step's cost depends on all three settings in ways that are easy to get
+wrong (bench/README: the cost curve), so every speed-up names the `Serving` it was measured in.
+
+Compiled steps follow gpt-fast: `torch.compile` (inductor, weights frozen into the graph) with static
+shapes, over a preallocated `StaticCache` that is written in place and cropped by moving its length back.
+A step of T tokens runs the graph of the smallest compiled width >= T, its input padded with copies of
+its last token: the padded positions lie after the real ones, so the causal mask keeps them out of every
+real token's attention, and the caller crops them away with the rejected proposals. `warm_up(widths)`
+compiles the widths a run needs before anything is timed (`compile_seconds` records what that cost); a
+wider step than any warmed compiles its own width. The cache's capacity is rounded up to
+`CAPACITY_STEP`, so one graph serves prompts of every length.
+
+A static cache is allocated once per capacity and reset for each generation (a `Served` decodes one
+sequence at a time). That is not only cheaper: a graph compiled with frozen weights also holds the address
+of the cache it was traced with, and silently reads that one whatever cache it is given.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, StaticCache
+from transformers.cache_utils import Cache
+
+from adaspec.decoding.kv import crop_cache, forward
+
+CAPACITY_STEP = 512
+# the config offers float32 and bfloat16 (decode.*_dtype); the tests also decode float64 models
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Serving:
+    """One serving configuration (the `decode.target_dtype`, `decode.kv_cache` and `decode.compile` keys)."""
+
+    dtype: str = "float32"
+    kv_cache: str = "dynamic"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.compile and self.kv_cache != "static":
+            raise ValueError("a compiled model decodes on a preallocated cache: kv_cache='static'")
+
+    @classmethod
+    def of_target(cls, decode) -> Serving:
+        """The target's serving configuration from the `decode` config."""
+        return cls(str(decode.target_dtype), str(decode.kv_cache), bool(decode.compile))
+
+    @classmethod
+    def parse(cls, name: str) -> Serving:
+        """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, ..."""
+        dtype, _, rest = name.partition("-")
+        if rest not in ("", "static", "compiled"):
+            raise ValueError(f"serving configuration {name!r}: expected <dtype>[-static|-compiled]")
+        return cls(dtype, "dynamic" if rest == "" else "static", rest == "compiled")
+
+    @property
+    def name(self) -> str:
+        return self.dtype + ("-compiled" if self.compile else "-static" if self.kv_cache == "static" else "")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+class Served:
+    """`model` as decoding runs it in `serving`; the model is cast to the serving dtype in place."""
+
+    def __init__(self, model: PreTrainedModel, serving: Serving = Serving()):
+        self.model, self.serving, self.config = model, serving, model.config
+        if next(model.parameters()).dtype != serving.torch_dtype:
+            model.to(serving.torch_dtype)
+        self.widths: list[int] = []  # the compiled step widths, ascending
+        self._static_caches: dict[int, StaticCache] = {}
+        self.compile_seconds: dict[int, float] = {}
+        self._compiled = None
+        if serving.compile:
+            import torch._dynamo.config
+            import torch._inductor.config  # noqa: F401  (imported for its settings, torch.compile's backend)
+
+            torch._inductor.config.freezing = True  # weights as constants: what gpt-fast measures on CPU
+            # one graph per width: a cost curve compiles up to 9, more than dynamo's default limit of 8
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            self._compiled = torch.compile(model.forward, dynamic=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def new_cache(self, capacity: int) -> Cache:
+        """An empty cache for a generation that will hold at most `capacity` positions (static: this capacity's one
+        cache, emptied: the previous generation's is gone)."""
+        if self.serving.kv_cache == "dynamic":
+            return DynamicCache(config=self.config)
+        rounded = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
+        if rounded not in self._static_caches:
+            self._static_caches[rounded] = StaticCache(config=self.config, max_cache_len=rounded)
+        cache = self._static_caches[rounded]
+        cache.reset()
+        return cache
+
+    def prefill(self, ids: Tensor, cache: Cache) -> Tensor:
+        """Read `ids [1, T]` into `cache` (eager, whatever the serving); the last position's logits `[V]`."""
+        return forward(self.model, ids, cache, logits_to_keep=1)[-1]
+
+    def step(self, ids: Tensor, cache: Cache) -> Tensor:
+        """Logits `[T, V]` of `ids [1, T]` on top of `cache`. A compiled step may leave padded positions in the
+        cache after the T real ones: `crop` the cache to the kept context before the next step."""
+        n = ids.shape[1]
+        if self._compiled is None:
+            return forward(self.model, ids, cache, logits_to_keep=n)
+        width = next((w for w in self.widths if w >= n), None)
+        if width is None:
+            width = self._add_width(n)
+        padded = torch.cat([ids, ids[:, -1:].expand(1, width - n)], dim=1) if width > n else ids
+        logits = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width).logits[0]
+        return logits[:n]
+
+    def crop(self, cache: Cache, length: int) -> None:
+        crop_cache(cache, length)
+
+    def warm_up(self, widths: list[int]) -> dict[int, float]:
+        """Compile the steps of `widths` now (nothing to do when eager); seconds each took."""
+        if self._compiled is not None:
+            for width in sorted(set(widths) - set(self.widths)):
+                self._add_width(width)
+        return dict(self.compile_seconds)
+
+    @torch.inference_mode()
+    def _add_width(self, width: int) -> int:
+        """Compile the step of `width` tokens by running it once on a scratch cache."""
+        self.widths = sorted({*self.widths, width})
+        cache = self.new_cache(width + 2)
+        ids = torch.zeros(1, 2, dtype=torch.long, device=self.device)
+        self.prefill(ids, cache)
+        started = time.perf_counter()
+        self._compiled(input_ids=ids[:, :1].expand(1, width), cache=cache, use_cache=True, logits_to_keep=width)
+        self.compile_seconds[width] = time.perf_counter() - started
+        return width
+
+
+def as_served(model: PreTrainedModel | Served) -> Served:
+    """`model` as it is (eager, on a dynamic cache, in its own dtype), unless it is already `Served`."""
+    if isinstance(model, Served):
+        return model
+    dtype = next(model.parameters()).dtype
+    return Served(model, Serving(dtype=next(k for k, v in DTYPES.items() if v == dtype)))

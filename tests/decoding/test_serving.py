@@ -1,0 +1,151 @@
+"""Serving configurations (adaspec.decoding.serving): precision, static cache and compiled steps reach the
+model, and decoding stays exact in each: greedy speculative output equal to the target's own greedy output in
+the same configuration (bfloat16: any difference is a near-tie, described), sampling distributed as the
+target's in bfloat16 too."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
+
+from adaspec.decoding import FixedGamma, speculative_generate, target_generate
+from adaspec.decoding.exactness import first_divergence
+from adaspec.decoding.serving import Served, Serving
+from adaspec.drafts import ModelDraft
+from tests.decoding.conftest import noisy_copy
+from tests.decoding.test_speculative import (
+    P_THRESHOLD,
+    SAMPLING_V,
+    chi2_pvalue,
+    exact_two_token_distribution,
+    sample_two_tokens,
+)
+
+VOCAB = 96
+
+
+def tiny_llama(seed: int, vocab: int = VOCAB, hidden: int = 32, layers: int = 2, init_std: float = 0.1):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      initializer_range=init_std, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama(0, init_std=0.5)  # varied text; at 0.1 a tiny Llama repeats one token
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    gen = torch.Generator().manual_seed(7)
+    return [torch.randint(0, VOCAB, (1, 3 + 5 * i), generator=gen) for i in range(8)]
+
+
+def served(model, name: str) -> Served:
+    return Served(copy.deepcopy(model), Serving.parse(name))
+
+
+def test_serving_names_round_trip_and_reject_what_cannot_run():
+    for name in ("float32", "bfloat16", "float32-static", "bfloat16-compiled"):
+        assert Serving.parse(name).name == name
+    assert Serving.parse("bfloat16-compiled") == Serving("bfloat16", "static", True)
+    with pytest.raises(ValueError, match="kv_cache='static'"):
+        Serving("float32", "dynamic", compile=True)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        Serving("int4")
+
+
+def test_the_serving_reaches_the_model(llama):
+    s = served(llama, "bfloat16-static")
+    assert all(p.dtype == torch.bfloat16 for p in s.model.parameters())
+    cache = s.new_cache(700)
+    assert isinstance(cache, StaticCache)
+    assert cache.layers[0].max_cache_len == 1024  # rounded up to CAPACITY_STEP: one graph for every prompt
+
+
+def test_static_cache_decodes_as_the_dynamic_one(llama, prompts):
+    """float32: the static cache (in-place crop) gives the dynamic cache's outputs, target-only and speculative."""
+    draft = ModelDraft(noisy_copy(llama, 0.1, seed=1))
+    static = served(llama, "float32-static")
+    calls = tokens = 0
+    for ids in prompts:
+        reference = target_generate(llama, ids, max_new_tokens=20, eos_token_id=None).tokens
+        assert target_generate(static, ids, max_new_tokens=20, eos_token_id=None).tokens == reference
+        spec = speculative_generate(static, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=20,
+                                    eos_token_id=None)
+        assert spec.tokens == reference
+        calls, tokens = calls + spec.target_calls, tokens + len(spec.tokens)
+    assert calls < 0.8 * tokens  # drafts were accepted and rejected: the cache really was cropped in place
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "bfloat16-static"])
+def test_bfloat16_greedy_is_the_targets_own_greedy_up_to_ties(llama, prompts, dtype):
+    """In bfloat16 a verification forward may round a near-tie the other way than one-token steps: every prompt
+    equals the bfloat16 target's own greedy output, or differs first where its two tokens are within a
+    rounding margin. A wrong verifier would differ where the target is sure."""
+    target = served(llama, dtype)
+    draft = ModelDraft(noisy_copy(llama, 0.1, seed=1).to(torch.bfloat16))
+    equal = 0
+    for ids in prompts:
+        reference = target_generate(target, ids, max_new_tokens=24, eos_token_id=None).tokens
+        spec = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(4), max_new_tokens=24,
+                                    eos_token_id=None).tokens
+        divergence = first_divergence(target, ids, reference, spec)
+        if divergence is None:
+            equal += 1
+        else:
+            assert abs(divergence["margin"]) < 0.05, divergence
+    assert equal >= len(prompts) // 2
+
+
+def test_first_divergence_measures_the_margin_where_outputs_part(llama, prompts):
+    target = served(llama, "float32")
+    ids = prompts[2]
+    reference = target_generate(target, ids, max_new_tokens=10, eos_token_id=None).tokens
+    forged = reference[:4] + [(reference[4] + 1) % VOCAB] + reference[5:]
+    found = first_divergence(target, ids, reference, forged)
+    with torch.inference_mode():
+        logits = llama(torch.cat([ids[0], torch.tensor(reference[:4])]).view(1, -1)).logits[0, -1]
+    assert found["position"] == 4 and found["other"] == forged[4]
+    assert found["margin"] == pytest.approx(float(logits[reference[4]] - logits[forged[4]]), abs=1e-5)
+    assert found["margin"] > 0  # the reference's token is the target's argmax
+    assert first_divergence(target, ids, reference, reference) is None
+    assert first_divergence(target, ids, reference, reference[:6])["position"] == 6
+
+
+def test_compiled_steps_decode_as_eager_and_reuse_one_graph_per_width(llama, prompts):
+    """torch.compile over the static cache: every verification is padded to the one warmed width, the outputs
+    are the eager ones, and prompts of other lengths reuse the graphs (no new width compiled)."""
+    compiled = served(llama, "float32-compiled")
+    seconds = compiled.warm_up([1, 4])
+    assert sorted(seconds) == [1, 4] and all(s > 0 for s in seconds.values())
+    draft = ModelDraft(noisy_copy(llama, 0.1, seed=1))
+    for ids in prompts[:4]:
+        reference = target_generate(llama, ids, max_new_tokens=16, eos_token_id=None).tokens
+        assert target_generate(compiled, ids, max_new_tokens=16, eos_token_id=None).tokens == reference
+        spec = speculative_generate(compiled, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                    eos_token_id=None)
+        assert spec.tokens == reference
+    assert compiled.widths == [1, 4]  # shorter blocks (the gamma cap near the end) were padded, not compiled
+
+
+def test_speculative_sampling_in_bfloat16_is_distributed_as_the_target():
+    target = tiny_model_bf16(10)
+    draft = ModelDraft(tiny_model_bf16(11, layers=1))
+    prompt, temperature = torch.tensor([[3]]), 0.7
+    exact = exact_two_token_distribution(target, prompt, temperature)
+
+    def spec(gen):
+        return speculative_generate(target, draft, prompt, gamma_policy=FixedGamma(2), max_new_tokens=3,
+                                    eos_token_id=None, temperature=temperature, generator=gen).tokens
+
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
+
+
+def tiny_model_bf16(seed: int, layers: int = 2):
+    return tiny_llama(seed, vocab=SAMPLING_V, layers=layers, init_std=0.2).to(torch.bfloat16)
