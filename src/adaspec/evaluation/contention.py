@@ -1,0 +1,96 @@
+"""Is the machine busy? A guard around a timing run, so figures measured beside another job are never recorded.
+
+Two signals, read before and after the run: the CPU time other processes used during a short window (in
+cores, from /proc), and a reference kernel (a fixed float32 matmul chain at the run's threads) whose time
+must not drift. Either one over its limit marks the run as contended. On a machine without /proc the first
+signal is missing (None) and the kernel alone decides.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+OTHERS_MAX_CORES = 0.25  # other processes may use at most this many cores in a window
+KERNEL_MAX_DRIFT = 1.15  # the reference kernel may be at most this much slower (or faster) after the run
+
+
+def _process_cpu_seconds(skip: int) -> float | None:
+    """Total user + system CPU seconds of every process but `skip`, from /proc/<pid>/stat."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == skip:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / ticks
+
+
+def other_processes_cores(window_s: float = 1.0) -> float | None:
+    """Cores that other processes kept busy over the next `window_s` seconds (None without /proc)."""
+    before = _process_cpu_seconds(os.getpid())
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after = _process_cpu_seconds(os.getpid())
+    return max(0.0, (after - before) / window_s)
+
+
+def reference_kernel_seconds(repeats: int = 15) -> float:
+    """Median seconds of a fixed float32 matmul chain (about 10 ms on this project's 2-core machine)."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(384, 384, generator=gen), torch.randn(384, 384, generator=gen)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        x = a
+        for _ in range(20):
+            x = torch.tanh(x @ b)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+@dataclass
+class Reading:
+    others_cores: float | None
+    kernel_s: float
+    load_average: float
+
+
+def read() -> Reading:
+    return Reading(other_processes_cores(), reference_kernel_seconds(), os.getloadavg()[0])
+
+
+@dataclass
+class Verdict:
+    before: Reading
+    after: Reading
+    kernel_drift: float
+    contended: bool
+    why: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def judge(before: Reading, after: Reading) -> Verdict:
+    drift = after.kernel_s / before.kernel_s
+    reasons = [f"other processes used {r.others_cores:.2f} cores {when} the run (limit {OTHERS_MAX_CORES})"
+               for when, r in (("before", before), ("after", after))
+               if r.others_cores is not None and r.others_cores > OTHERS_MAX_CORES]
+    if not 1 / KERNEL_MAX_DRIFT <= drift <= KERNEL_MAX_DRIFT:
+        reasons.append(f"the reference kernel took {drift:.2f}x as long after the run as before (limit "
+                       f"{KERNEL_MAX_DRIFT}x)")
+    return Verdict(before, after, drift, bool(reasons), "; ".join(reasons) or "quiet")
