@@ -23,3 +23,22 @@ def test_a_full_vocabulary_draft_is_timed_against_hf_assisted_too(tiny_trained, 
         assert row["greedy_mismatches"] == 0 and row["hf_assisted/greedy_mismatches"] == 0
         assert row["hf_assisted/tokens_per_s"] > 0
         assert row["speedup_vs_hf_assisted"] == row["tokens_per_s"] / row["hf_assisted/tokens_per_s"]
+
+
+def test_speed_ups_are_against_the_fastest_target_only_configuration(tiny_trained, tmp_path):
+    """Target-only decoding runs in every configuration of --servings and in the speculative run's own; the
+    speed-up is against the fastest of them, named, and against the same configuration beside it."""
+    cfg = tiny_trained()
+    reference = paths.final(paths.ref_dir(cfg))
+    payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0",
+                    "--threads", "1", "--out", str(tmp_path), "--serving", "float32-static", "--draft", str(reference),
+                    "--servings", "float32,bfloat16", *TINY, f"paths.root={cfg.paths.root}"])
+    assert payload["serving"]["target_only"] == ["float32-static", "bfloat16", "float32"]
+    for row in payload["rows"]:
+        rates = row["target_only_by_serving/tokens_per_s"]
+        assert set(rates) == {"float32-static", "bfloat16", "float32"} and row["serving"] == "float32-static"
+        assert rates[row["fastest_target_only"]] == max(rates.values()) == row["target_only/tokens_per_s"]
+        assert row["speedup_vs_target"] == row["tokens_per_s"] / max(rates.values())
+        assert row["speedup_vs_same_serving"] == row["tokens_per_s"] / rates["float32-static"]
+        assert row["speedup_vs_target"] <= row["speedup_vs_same_serving"]
+        assert len(row["greedy_mismatch_details"]) == row["greedy_mismatches"] == 0

@@ -70,14 +70,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     cfg = checked_config(*args.overrides, "stage=draft", f"k={args.k}")
     # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.decoding.serving import DTYPES, Served
+    from adaspec.decoding.serving import DTYPES, Served, parse_serving
     from adaspec.drafts import load_draft
     from adaspec.evaluation import contention
     from adaspec.evaluation.cost_curve import Configuration, measure_curve, plot_curves, read_bandwidth_gbs
     from adaspec.models.build import load_model
 
-    servings = [_serving(name, "--servings") for name in args.servings]
-    draft_servings = [_serving(name, "--draft-servings") for name in args.draft_servings]
+    servings = [parse_serving(name, "--servings") for name in args.servings]
+    draft_servings = [parse_serving(name, "--draft-servings") for name in args.draft_servings]
     if any(s.compile or s.kv_cache == "static" for s in draft_servings):
         raise UserError("--draft-servings: a draft decodes eager on a dynamic cache; give dtypes only, e.g. "
                         "float32,bfloat16")
@@ -125,15 +125,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"[adaspec] bench-costs: read bandwidth {bandwidth:.1f} GB/s; floor of one target forward "
           + ", ".join(f"{d} {s * 1e3:.1f} ms" for d, s in floors.items()) + f"; wrote {out} and its plot")
     return payload
-
-
-def _serving(name: str, flag: str):
-    from adaspec.decoding.serving import Serving  # torch and transformers: after the arguments are parsed
-
-    try:
-        return Serving.parse(name)
-    except ValueError as error:
-        raise UserError(f"{flag}: {error}") from None
 
 
 def _print_table(curves: dict[str, dict], ns: list[int]) -> None:

@@ -17,8 +17,19 @@ The training-free drafts of the `baseline` config group (default: prompt lookup)
 policies, as rows of their own (`draft` names the draft of a row), so every table carries the baseline a
 trained draft must beat.
 
+Serving (`adaspec.decoding.serving`): speculative decoding runs the target in `--serving` (default: the
+config's `decode.target_dtype`, `decode.kv_cache`, `decode.compile`) and the trained draft in `--draft-dtype`;
+target-only decoding runs in that configuration and in every one of `--servings`, interleaved per prompt. Every
+`speedup_vs_target` is against the FASTEST target-only configuration of the run (`fastest_target_only` names
+it); `speedup_vs_same_serving` is against target-only decoding in the speculative run's own configuration.
+Compiled targets compile every step width the run needs first; `compile_seconds` records the cost, which no
+figure includes. Greedy rows count the prompts whose output differs from target-only decoding in the same
+configuration (`greedy_mismatches`) and describe each (`greedy_mismatch_details`: position, the two tokens,
+the target's logit margin between them; `adaspec.decoding.exactness`).
+
 HF assisted generation (constant schedule, confidence threshold off) runs beside ours at every fixed gamma
-when HF can run the draft; a draft with a reduced vocabulary (model.draft_vocab_size) cannot be run there,
+when HF can run the draft, on the same model in the same dtype (eager: HF's assisted generation takes
+no static cache); a draft with a reduced vocabulary (model.draft_vocab_size) cannot be run there,
 and the results say so instead of timing it. `--draft FOLDER` benches any finished draft or reference
 instead of draft-k<k>.
 
@@ -28,6 +39,7 @@ Results go to `bench/results/<name>.json` (atomically, after every temperature) 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -38,7 +50,7 @@ from typing import Any
 import torch
 
 from adaspec import paths
-from adaspec.errors import reported_as_one_line
+from adaspec.errors import UserError, reported_as_one_line
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
 RESULTS = Path("bench/results")
@@ -51,12 +63,13 @@ def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
-                    pad_id=None):
+                    pad_id=None, target_only=None, warm_widths=()):
     """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
     per draft and policy. Where HF can run a draft it also runs HF assisted generation at every fixed gamma
     (`hf_assisted/*` in its row)."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
     from adaspec.decoding import aggregate
+    from adaspec.decoding.exactness import first_divergence
     from adaspec.evaluation.benchmark import Entry, benchmark
 
     entries = [
@@ -65,16 +78,26 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         for draft_name, draft in drafts.items()
         for name, policy in policies.items()
     ]
-    first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
-    m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
-                  max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=stop, pad_token_id=pad_id,
-                  seed=0, progress=progress, desc=f"bench T={temperature:g}")
-
     def rate(results) -> float:
         return sum(len(r.tokens) for r in results) / sum(r.wall_time_s for r in results)
 
+    first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
+    m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
+                  max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=stop, pad_token_id=pad_id,
+                  seed=0, progress=progress, desc=f"bench T={temperature:g}", target_only=target_only,
+                  warm_widths=warm_widths)
+    own = target.serving.name
+    rates = {own: rate(m.target)} | {name: rate(results) for name, results in m.target_only.items()}
+    fastest = max(rates, key=rates.get)
+
     def mismatches(results) -> int | None:
         return sum(r.tokens != b.tokens for r, b in zip(results, m.target, strict=True)) if temperature == 0 else None
+
+    def mismatch_details(results) -> list[dict] | None:
+        if temperature != 0:
+            return None
+        return [{"prompt": i, **first_divergence(target, prompts[i], b.tokens, r.tokens)}
+                for i, (r, b) in enumerate(zip(results, m.target, strict=True)) if r.tokens != b.tokens]
 
     rows = []
     for entry_name, results in m.speculative.items():
@@ -85,7 +108,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         draft_s = costs["draft_1_s"][draft_name]
         expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
-        speedup = rate(results) / rate(m.target)
+        speedup = rate(results) / rates[fastest]
         hf_row = {}
         if entry_name in m.hf_assisted:
             hf = m.hf_assisted[entry_name]
@@ -95,9 +118,11 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             **hf_row,
             "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
-            "tokens_per_s": rate(results), "target_only/tokens_per_s": rate(m.target),
-            "speedup_vs_target": speedup, "expected_speedup": expected, "share_of_expected": speedup / expected,
-            "greedy_mismatches": mismatches(results),
+            "tokens_per_s": rate(results), "target_only/tokens_per_s": rates[fastest],
+            "fastest_target_only": fastest, "target_only_by_serving/tokens_per_s": rates, "serving": own,
+            "speedup_vs_target": speedup, "speedup_vs_same_serving": rate(results) / rates[own],
+            "expected_speedup": expected, "share_of_expected": rate(results) / rates[own] / expected,
+            "greedy_mismatches": mismatches(results), "greedy_mismatch_details": mismatch_details(results),
         })
     return rows
 
@@ -113,6 +138,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--draft", type=Path, default=None,
                         help="a finished draft or reference folder (its final/) instead of draft-k<k>")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--serving", default=None,
+                        help="the target's serving configuration for speculative decoding, <dtype>[-static|-compiled] "
+                             "(default: the config's decode.target_dtype, decode.kv_cache and decode.compile)")
+    parser.add_argument("--servings", type=lambda s: [x for x in s.split(",") if x], default=["float32"],
+                        help="further target-only configurations timed beside it; speed-ups are against the fastest")
+    parser.add_argument("--draft-dtype", default=None, help="the trained draft's dtype (default: decode.draft_dtype)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
     return parser.parse_args(argv)
@@ -132,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
+    from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
     from adaspec.drafts import build_baseline, load_draft
     from adaspec.evaluation.cost import call_costs
     from adaspec.models.build import load_model
@@ -145,23 +177,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         verify_weights(draft_folder, f"the stage that made {draft_folder}")
     target_folder = paths.final(paths.target_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
-    target = load_model(target_folder).eval()
-    drafts = {"trained": load_draft(draft_folder).eval()}
+    model = load_model(target_folder).eval()
+    serving = parse_serving(args.serving, "--serving") if args.serving else Serving.of_target(cfg.decode)
+    others = {parse_serving(name, "--servings") for name in args.servings} - {serving}
+    target_only = {other.name: Served(copy.deepcopy(model), other) for other in sorted(others, key=str)}
+    target = Served(model, serving)
+    draft_dtype = args.draft_dtype or str(cfg.decode.draft_dtype)
+    if draft_dtype not in DTYPES:
+        raise UserError(f"--draft-dtype: expected one of {sorted(DTYPES)}, got {draft_dtype!r}")
+    trained = load_draft(draft_folder).eval()
+    trained.model.to(DTYPES[draft_dtype])
+    drafts = {"trained": trained}
     drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format
     examples = load_task(cfg.task)["test"][: args.prompts]
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
+    policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
+    adaptive = AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
+    policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
+    # every step width a run needs: one token, and gamma + 1 for each fixed gamma and the adaptive policy's range
+    warm_widths = sorted({1, *(g + 1 for g in args.gammas), min(cfg.gamma + 2, adaptive.max_gamma) + 1})
+    for served in (target, *target_only.values()):
+        served.warm_up(warm_widths)
     costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))
     costs |= {"target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
-    policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
-    policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     payload: dict[str, Any] = {
         "name": args.name,
         "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
         "target": str(target_folder), "draft": str(draft_folder),
-        "target_parameters": sum(p.numel() for p in target.parameters()),
+        "serving": {"target": serving.name, "draft_dtype": draft_dtype, "target_only": [serving.name, *target_only]},
+        "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
+                            for name, served in {serving.name: target, **target_only}.items() if served.widths},
+        "target_parameters": sum(p.numel() for p in model.parameters()),
         "drafts": {name: draft.describe() for name, draft in drafts.items()},
         "n_prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
         "costs": {**costs, "c": {name: s / costs["target_1_s"] for name, s in costs["draft_1_s"].items()}},
@@ -175,15 +224,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     stop = stop_token_id(tokenizer, fmt)
     for temperature in args.temperatures:
         payload["rows"] += run_temperature(target, drafts, prompts, stop, policies, temperature,
-                                           args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id)
+                                           args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id,
+                                           target_only=target_only, warm_widths=warm_widths)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
-               "speedup_vs_target", "expected_speedup", "share_of_expected", "greedy_mismatches",
+               "speedup_vs_target", "speedup_vs_same_serving", "expected_speedup", "share_of_expected", "greedy_mismatches",
                "speedup_vs_hf_assisted"]
     print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]],
                          cell=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)))
     c = ", ".join(f"{name} {value:.3f}" for name, value in payload["costs"]["c"].items())
-    print(f"[adaspec] bench-real: c = {c}; wrote {out}")
+    print(f"[adaspec] bench-real: c = {c}; fastest target-only: {payload['rows'][0]['fastest_target_only']}; "
+          f"wrote {out}")
     return payload
 
 

@@ -30,6 +30,7 @@ from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import Cache
 
 from adaspec.decoding.kv import crop_cache, forward
+from adaspec.errors import UserError
 
 CAPACITY_STEP = 512
 # the config offers float32 and bfloat16 (decode.*_dtype); the tests also decode float64 models
@@ -70,6 +71,14 @@ class Serving:
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+
+def parse_serving(name: str, where: str) -> Serving:
+    """`Serving.parse` for user input: a bad name is one line naming `where` it came from."""
+    try:
+        return Serving.parse(name)
+    except ValueError as error:
+        raise UserError(f"{where}: {error}") from None
 
 
 class Served:

@@ -30,7 +30,6 @@ from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
 from adaspec.drafts.base import Draft
 
-
 MAX_BLOCK = 33  # the longest verification: gamma <= 32 proposals and the token before them
 
 

@@ -1,10 +1,11 @@
 """The timed comparison: target-only decoding, our speculative decoding and HF assisted generation.
 
 Everything runs in one process, on the same prompts, with the same `max_new_tokens` and EOS, one
-prompt at a time (batch size 1) and interleaved per prompt (target, then for each draft ours and
-HF's), so slow drifts of the machine hit every method alike. One untimed warm-up generation of each
-method comes first. Every call is timed here the same way (`time.perf_counter`, after a device
-sync on GPU) and that time replaces the `wall_time_s` a method reports itself.
+prompt at a time (batch size 1) and interleaved per prompt (target, the target-only runs in other serving
+configurations, then for each draft ours and HF's), so slow drifts of the machine hit every method alike.
+Compiled targets compile their step widths first (`warm_widths`), then one untimed warm-up generation of each
+method runs. Every call is timed here the same way (`time.perf_counter`, after a device sync on GPU) and that
+time replaces the `wall_time_s` a method reports itself.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult, Policy, speculative_generate, target_generate
+from adaspec.decoding.serving import Served, as_served
 from adaspec.drafts import Draft
 from adaspec.evaluation.hf_assisted import hf_assisted_generate
 
@@ -38,6 +40,7 @@ class Entry:
 @dataclass
 class Measurements:
     target: list[GenerationResult] = field(default_factory=list)
+    target_only: dict[str, list[GenerationResult]] = field(default_factory=dict)  # other serving configurations
     speculative: dict[str, list[GenerationResult]] = field(default_factory=dict)
     hf_assisted: dict[str, list[GenerationResult]] = field(default_factory=dict)
 
@@ -53,7 +56,7 @@ def _timed(run: Callable[[], GenerationResult], device: torch.device) -> Generat
 
 
 def benchmark(
-    target: PreTrainedModel,
+    target: PreTrainedModel | Served,
     drafts: list[Entry],
     prompts: list[Tensor],
     *,
@@ -66,23 +69,30 @@ def benchmark(
     seed: int = 0,
     progress: bool = True,
     desc: str = "evaluate",
+    target_only: dict[str, Served] | None = None,
+    warm_widths: list[int] = (),
 ) -> Measurements:
     """Generate from every prompt ([1, T] on the models' device) with each method; see the module docstring.
 
     HF assisted generation runs only for entries with `compare_hf` whose draft HF can run
     (`Draft.hf_assisted_kwargs`). `make_policy()` gives our engine its gamma policy and HF assisted generation a constant `gamma`, unless
     an entry names its own (`Entry.policy`, `Entry.hf_gamma`: one draft under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
-    prompt's index.
+    prompt's index. `target_only`: the target in other serving configurations, timed target-only beside it.
+    `warm_widths`: the step widths a compiled target compiles before anything runs.
     """
     device = prompts[0].device
+    target = as_served(target)
+    target_only = target_only or {}
+    for served in (target, *target_only.values()):
+        served.warm_up(list(warm_widths))
     drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.draft.hf_assisted_kwargs(gamma) is not None)
               for e in drafts]
 
     def generator(i: int) -> torch.Generator | None:
         return torch.Generator(device=device).manual_seed(seed + i) if temperature > 0 else None
 
-    def run_target(ids: Tensor, i: int) -> GenerationResult:
-        return target_generate(target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+    def run_target(ids: Tensor, i: int, served: Served = target) -> GenerationResult:
+        return target_generate(served, ids, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
                                temperature=temperature, generator=generator(i))
 
     def run_ours(entry: Entry, ids: Tensor, i: int) -> GenerationResult:
@@ -92,20 +102,25 @@ def benchmark(
 
     def run_hf(draft: Entry, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator
-        return hf_assisted_generate(target, draft.draft, ids, gamma=draft.hf_gamma or gamma,
+        return hf_assisted_generate(target.model, draft.draft, ids, gamma=draft.hf_gamma or gamma,
                                     max_new_tokens=max_new_tokens,
                                     eos_token_id=eos_token_id, pad_token_id=pad_token_id, temperature=temperature)
 
     # Warm-up: first calls pay for lazy initialisation (kernels, allocator, caches).
     run_target(prompts[0], 0)
+    for served in target_only.values():
+        run_target(prompts[0], 0, served)
     for draft in drafts:
         run_ours(draft, prompts[0], 0)
         if draft.compare_hf:
             run_hf(draft, prompts[0], 0)
 
-    out = Measurements(speculative={d.name: [] for d in drafts}, hf_assisted={d.name: [] for d in drafts if d.compare_hf})
+    out = Measurements(speculative={d.name: [] for d in drafts}, hf_assisted={d.name: [] for d in drafts if d.compare_hf},
+                       target_only={name: [] for name in target_only})
     for i, ids in enumerate(tqdm(prompts, desc=desc, unit="prompt", disable=not progress)):
         out.target.append(_timed(lambda: run_target(ids, i), device))  # noqa: B023 (called at once)
+        for name, served in target_only.items():
+            out.target_only[name].append(_timed(lambda: run_target(ids, i, served), device))  # noqa: B023
         for draft in drafts:
             out.speculative[draft.name].append(_timed(lambda: run_ours(draft, ids, i), device))  # noqa: B023
             if draft.compare_hf:
