@@ -441,6 +441,9 @@ class EvalConfig:
     # each; speed-ups are over the timed prompts. None: time every prompt. Sampling always times them all.
     timed_prompts: int | None = None
     num_threads: int = 0  # torch threads during the benchmark; 0: keep torch's default
+    # target-only decoding also timed in these serving configurations (<dtype>[-static|-compiled]); every
+    # speedup_vs_target is against the fastest of them and the evaluation's own (decode.target_dtype, ...)
+    target_servings: list[str] = field(default_factory=list)
 
 
 def _pretrain_counts(stage: str, pretrain: dict | None, cfg: dict) -> bool:

@@ -127,3 +127,20 @@ def test_command_line_checks_the_config_first(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: config key `eval.n_prompts`=0")
+
+
+def test_the_serving_configuration_reaches_the_evaluation(trained):
+    """decode.target_dtype/draft_dtype/kv_cache reach the models; target-only decoding also runs in
+    eval.target_servings, and speedup_vs_target is against the fastest of them (named in the results)."""
+    results = run_evaluation(trained("decode.target_dtype=bfloat16", "decode.draft_dtype=bfloat16",
+                                     "decode.kv_cache=static", "eval.target_servings=[float32]",
+                                     "eval.n_prompts=3", "eval.name=bf16"), progress=False)
+    serving = results["serving"]
+    rates = serving["target_only/tokens_per_s"]
+    assert serving["target"] == "bfloat16-static" and set(rates) == {"bfloat16-static", "float32"}
+    assert serving["fastest_target_only"] == max(rates, key=rates.get)
+    for row in results["drafts"].values():
+        assert row["speedup_vs_target"] == pytest.approx(row["tokens_per_s"] / max(rates.values()), rel=1e-9)
+        assert row["speedup_vs_same_serving"] == pytest.approx(row["tokens_per_s"] / rates["bfloat16-static"],
+                                                               rel=1e-9)
+    assert results["identity"]["decode"]["target_dtype"] == "bfloat16"

@@ -8,6 +8,7 @@ seed's folder (and a W&B table when W&B is on).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.artefacts import read_metrics
     from adaspec.data.datamodule import encode_all
     from adaspec.data.tasks import load_task
+    from adaspec.decoding.serving import Served, Serving
     from adaspec.diagnostics import checks
     from adaspec.diagnostics.advice import guarded
     from adaspec.diagnostics.cost_ratio import measure_cost_ratios
@@ -81,7 +83,9 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         else:
             verdicts.append(checks.Verdict(name, "skip", "not trained", "", f'make stage3 ARGS="k={k}"'))
     drafts = {name: load_draft(paths.final(folder)).eval() for name, (_, folder) in trained.items()}
-    costs = measure_cost_ratios(target, drafts, timing_prompts(held_out, TIMING_PROMPTS))
+    # c in the evaluation's serving configuration (decode.target_dtype, kv_cache, compile): what decoding pays
+    served = Served(copy.deepcopy(target), Serving.of_target(cfg.decode))
+    costs = measure_cost_ratios(served, drafts, timing_prompts(held_out, TIMING_PROMPTS))
 
     per_draft: dict[str, dict[str, Any]] = {}
     for name, (k, folder) in trained.items():

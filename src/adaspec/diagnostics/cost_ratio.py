@@ -24,9 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-from transformers import DynamicCache
 
-from adaspec.decoding.kv import crop_cache, forward
+from adaspec.decoding.serving import as_served
 from adaspec.drafts import Draft
 
 CALLS_PER_PROMPT = 16  # timed calls of each model per prompt (64 over the 4 prompts diagnose uses)
@@ -114,10 +113,12 @@ def prefilled_calls(target, drafts: list[Draft], prompt: torch.Tensor) -> tuple[
     """For the target and each draft, prefilled on all of `prompt` but its last token: a call that makes one
     step on that last token, and one that undoes it."""
     context = prompt.shape[1] - 1
-    cache = DynamicCache(config=target.config)
-    forward(target, prompt[:, :-1], cache)
-    steps = [lambda: forward(target, prompt[:, -1:], cache, logits_to_keep=1)]
-    rollbacks = [lambda: crop_cache(cache, context)]
+    served = as_served(target)  # `Served` in the evaluation's serving configuration, or a model as it is
+    served.warm_up([1])
+    cache = served.new_cache(prompt.shape[1])
+    served.prefill(prompt[:, :-1], cache)
+    steps = [lambda: served.step(prompt[:, -1:], cache)]
+    rollbacks = [lambda: served.crop(cache, context)]
     for draft in drafts:
         session = draft.start(prompt, draft.verify_width(target.config.vocab_size))
         steps.append(lambda s=session: s.propose(prompt[0], 1, 0.0, None))

@@ -19,7 +19,8 @@ from adaspec.toolkit import jsonable
 
 IDENTITY = "identity"
 SHOWN_DIFFERENCES = 3
-EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}}  # with their defaults
+EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}, "target_servings": []}  # with their defaults
+DECODE_KEYS_ADDED = {"target_dtype": "float32", "draft_dtype": "float32", "kv_cache": "dynamic", "compile": False}
 # keys that results recorded before they existed lack, with the value those evaluations ran with (every task
 # was plain text before the chat format): `differences` takes a missing one for that value
 RECORDED_LATER = {"eval.tag_ks": {}, "task.prompt_format": "plain"}
@@ -33,7 +34,8 @@ def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, 
         # keep their identity
         "eval": {key: v for key, v in config["eval"].items()
                  if key != "name" and not (key in EVAL_KEYS_ADDED and v == EVAL_KEYS_ADDED[key])},
-        "decode": config["decode"],
+        "decode": {key: v for key, v in config["decode"].items()
+                   if not (key in DECODE_KEYS_ADDED and v == DECODE_KEYS_ADDED[key])},
         "task": {key: v for key, v in config["task"].items() if key != "default_k"},  # acts through k
         "seed": config["seed"],
         "attn_implementation": config["model"]["attn_implementation"],

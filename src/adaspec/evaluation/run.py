@@ -20,6 +20,7 @@ the same weights is skipped, other settings are refused unless `overwrite=true` 
 
 from __future__ import annotations
 
+import copy
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ from adaspec.decoding import (
     target_generate,
 )
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
+from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
 from adaspec.drafts import Draft, build_baseline, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
@@ -244,7 +246,7 @@ def summarise(
         row = {
             **draft_info[draft.name],
             **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy,
-                            timed=len(measured)),
+                            timed=len(measured), fastest_target=fastest_target_only(m)),
         }
         row[metric] = score(spec)
         row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed)
@@ -271,10 +273,31 @@ def summarise(
         }
         if cfg.eval.compare_hf_assisted
         else None,
-        "target": {**target_summary(m.target, timed), metric: score(m.target), "parameters": n_params(target)},
+        "target": {**target_summary(m.target, timed), metric: score(m.target), "parameters": n_params(target.model)},
         "drafts": rows,
         "code_sandbox": isolation_summary() if kind == "code" else None,  # what ran the generated code
     }
+
+
+def _wall(results: list[GenerationResult]) -> float:
+    return sum(r.wall_time_s for r in results)
+
+
+def fastest_target_only(m: Measurements) -> list[GenerationResult]:
+    """The timed target-only runs of the fastest serving configuration (the evaluation's own or eval.target_servings')."""
+    timed = len(m.speculative[next(iter(m.speculative))]) if m.speculative else len(m.target)
+    return min([m.target[:timed], *m.target_only.values()], key=_wall)
+
+
+def serving_summary(target: Served, target_only: dict[str, Served], m: Measurements, timed: int) -> dict[str, Any]:
+    """The serving configurations of the run: the target's, each target-only one's tokens/s, the fastest."""
+    rates = {name: sum(len(r.tokens) for r in runs) / _wall(runs)
+             for name, runs in {target.serving.name: m.target[:timed], **m.target_only}.items()}
+    return {"target": target.serving.name, "target_only/tokens_per_s": rates,
+            "fastest_target_only": max(rates, key=rates.get),
+            "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
+                                for name, served in {target.serving.name: target, **target_only}.items()
+                                if served.widths}}
 
 
 BASELINE_LABELS = {"prompt_lookup": "prompt lookup"}
@@ -290,6 +313,7 @@ def trained_entries(
     info: dict[str, dict[str, Any]] = {}
     for k, tag, path in draft_paths:
         draft = load_draft(path, attn).to(device).eval()
+        draft.model.to(DTYPES[str(cfg.decode.draft_dtype)])
         if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
             print(
                 f"[adaspec] evaluate: {draft_name(k, tag=tag)} has a reduced vocabulary "
@@ -335,7 +359,11 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     examples = load_task(cfg.task)["test"][: cfg.eval.n_prompts]
     tokenizer = AutoTokenizer.from_pretrained(str(target_path))
     attn = cfg.model.attn_implementation
-    target = load_model(target_path, attn).to(device).eval()
+    model = load_model(target_path, attn).to(device).eval()
+    serving = Serving.of_target(cfg.decode)
+    others = {parse_serving(name, "eval.target_servings") for name in cfg.eval.target_servings} - {serving}
+    target_only = {other.name: Served(copy.deepcopy(model), other) for other in sorted(others, key=str)}
+    target = Served(model, serving)
 
     drafts, draft_info = trained_entries(cfg, draft_paths, device)
     for name, spec in cfg.baseline.items():  # training-free drafts: a row each, beside the trained ones
@@ -361,6 +389,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         pad_token_id=tokenizer.pad_token_id,
         seed=cfg.seed,
         progress=progress,
+        target_only=target_only,
+        warm_widths=sorted({1, decode.gamma + 1, *(g + 1 for g in cfg.eval.gammas)}),
     )
     untimed = prompts[timed:]  # greedy: the target's output there is all the replay needs
     measurements.target += [
@@ -369,6 +399,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     ]
     costs = call_costs(target, {d.name: d.draft for d in drafts}, prompts[0], list(cfg.eval.gammas))
     results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
+    results["serving"] = serving_summary(target, target_only, measurements, timed)
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
