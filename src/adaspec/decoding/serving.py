@@ -149,10 +149,10 @@ class Served:
         """Compile the step of `width` tokens by running it once on a scratch cache."""
         self.widths = sorted({*self.widths, width})
         cache = self.new_cache(width + 2)
-        ids = torch.zeros(1, 2, dtype=torch.long, device=self.device)
-        self.prefill(ids, cache)
+        self.prefill(torch.zeros(1, 2, dtype=torch.long, device=self.device), cache)
+        ids = torch.zeros(1, width, dtype=torch.long, device=self.device)  # contiguous, as every real step's ids
         started = time.perf_counter()
-        self._compiled(input_ids=ids[:, :1].expand(1, width), cache=cache, use_cache=True, logits_to_keep=width)
+        self._compiled(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=width)
         self.compile_seconds[width] = time.perf_counter() - started
         return width
 
