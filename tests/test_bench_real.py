@@ -42,3 +42,11 @@ def test_speed_ups_are_against_the_fastest_target_only_configuration(tiny_traine
         assert row["speedup_vs_same_serving"] == row["tokens_per_s"] / rates["float32-static"]
         assert row["speedup_vs_target"] <= row["speedup_vs_same_serving"]
         assert len(row["greedy_mismatch_details"]) == row["greedy_mismatches"] == 0
+
+
+def test_the_training_free_drafts_alone_need_no_trained_draft(tiny_trained, tmp_path):
+    cfg = tiny_trained()  # it trained no draft of k=0.3
+    payload = main(["--prompts", "1", "--max-new-tokens", "8", "--gammas", "2", "--temperatures", "0", "--k", "0.3",
+                    "--threads", "1", "--out", str(tmp_path), "--no-trained", *TINY, f"paths.root={cfg.paths.root}"])
+    assert payload["draft"] is None and set(payload["drafts"]) == {"prompt_lookup"}
+    assert {r["draft"] for r in payload["rows"]} == {"prompt_lookup"}

@@ -2,6 +2,8 @@
 
     python -m adaspec.commands.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
                                  [--gammas 1,2,3,4,5,6,8] [--temperatures 0,1] [--k 0.4] [--threads 2]
+                                 [--serving bfloat16-compiled] [--servings float32,bfloat16]
+                                 [--draft-dtype float32] [--draft FOLDER | --no-trained]
                                  [hydra overrides naming the trained pair, as for stages 2-3 ...]
 
 Target-only decoding and the project's speculative decoding with the trained draft of `--k`, for every
@@ -137,6 +139,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--k", type=float, default=0.4, help="which trained draft: draft-k<k>")
     parser.add_argument("--draft", type=Path, default=None,
                         help="a finished draft or reference folder (its final/) instead of draft-k<k>")
+    parser.add_argument("--no-trained", action="store_true",
+                        help="bench the training-free drafts of the baseline group only (no trained draft needed)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--serving", default=None,
                         help="the target's serving configuration for speculative decoding, <dtype>[-static|-compiled] "
@@ -169,7 +173,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.models.build import load_model
 
     require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
-    if args.draft is None:
+    if args.no_trained:
+        draft_folder = None
+        if not cfg.baseline:
+            raise UserError("--no-trained leaves no draft to bench: keep the baselines (baseline=[prompt_lookup])")
+    elif args.draft is None:
         require_artefact(paths.draft_dir(cfg), "draft", "bench-real", cfg, f" k={args.k}")
         draft_folder = paths.final(paths.draft_dir(cfg))
     else:
@@ -185,9 +193,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     draft_dtype = args.draft_dtype or str(cfg.decode.draft_dtype)
     if draft_dtype not in DTYPES:
         raise UserError(f"--draft-dtype: expected one of {sorted(DTYPES)}, got {draft_dtype!r}")
-    trained = load_draft(draft_folder).eval()
-    trained.model.to(DTYPES[draft_dtype])
-    drafts = {"trained": trained}
+    drafts = {}
+    if draft_folder is not None:
+        drafts["trained"] = load_draft(draft_folder).eval()
+        drafts["trained"].model.to(DTYPES[draft_dtype])
     drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format
     examples = load_task(cfg.task)["test"][: args.prompts]
@@ -206,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
-        "target": str(target_folder), "draft": str(draft_folder),
+        "target": str(target_folder), "draft": draft_folder and str(draft_folder),
         "serving": {"target": serving.name, "draft_dtype": draft_dtype, "target_only": [serving.name, *target_only]},
         "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
                             for name, served in {serving.name: target, **target_only}.items() if served.widths},
