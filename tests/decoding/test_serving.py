@@ -51,8 +51,12 @@ def served(model, name: str) -> Served:
 
 
 def test_serving_names_round_trip_and_reject_what_cannot_run():
-    for name in ("float32", "bfloat16", "float32-static", "bfloat16-compiled"):
+    for name in ("float32", "bfloat16", "float32-static", "bfloat16-compiled", "bfloat16-compiled-w2"):
         assert Serving.parse(name).name == name
+    assert Serving.parse("bfloat16-compiled-w2").min_width == 2
+    for bad in ("float32-static-w2", "float32-w2", "bfloat16-compiled-wx"):
+        with pytest.raises(ValueError):
+            Serving.parse(bad)
     assert Serving.parse("bfloat16-compiled") == Serving("bfloat16", "static", True)
     with pytest.raises(ValueError, match="kv_cache='static'"):
         Serving("float32", "dynamic", compile=True)
@@ -132,6 +136,12 @@ def test_compiled_steps_decode_as_eager_and_reuse_one_graph_per_width(llama, pro
                                     eos_token_id=None)
         assert spec.tokens == reference
     assert compiled.widths == [1, 4]  # shorter blocks (the gamma cap near the end) were padded, not compiled
+    padded = served(llama, "float32-compiled-w2")  # one-token steps padded to two: the same tokens
+    assert padded.warm_up([1, 4]).keys() == {2, 4}
+    for ids in prompts[:2]:
+        reference = target_generate(llama, ids, max_new_tokens=12, eos_token_id=None).tokens
+        assert target_generate(padded, ids, max_new_tokens=12, eos_token_id=None).tokens == reference
+    assert padded.widths == [2, 4]
 
 
 def test_speculative_sampling_in_bfloat16_is_distributed_as_the_target():

@@ -9,7 +9,7 @@ Compiled steps follow gpt-fast: `torch.compile` (inductor, weights frozen into t
 shapes, over a preallocated `StaticCache` that is written in place and cropped by moving its length back.
 A step of T tokens runs the graph of the smallest compiled width >= T, its input padded with copies of
 its last token: the padded positions lie after the real ones, so the causal mask keeps them out of every
-real token's attention, and the caller crops them away with the rejected proposals. `warm_up(widths)`
+real token's attention, and the cache is cropped back to the real ones at once. `warm_up(widths)`
 compiles the widths a run needs before anything is timed (`compile_seconds` records what that cost); a
 wider step than any warmed compiles its own width. The cache's capacity is rounded up to
 `CAPACITY_STEP`, so one graph serves prompts of every length.
@@ -44,12 +44,18 @@ class Serving:
     dtype: str = "float32"
     kv_cache: str = "dynamic"
     compile: bool = False
+    # compiled: the narrowest step graph. On this CPU the compiled bfloat16 one-token step costs more than a
+    # two-token one (bench/results/costs-smollm2.json), so target-only decoding may pad its one token to two:
+    # a baseline configuration of its own (`bfloat16-compiled-w2`), timed beside the others
+    min_width: int = 1
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.compile and self.kv_cache != "static":
             raise ValueError("a compiled model decodes on a preallocated cache: kv_cache='static'")
+        if self.min_width < 1 or (self.min_width > 1 and not self.compile):
+            raise ValueError(f"min_width={self.min_width}: a minimum step width (>= 1) is for compiled steps only")
 
     @classmethod
     def of_target(cls, decode) -> Serving:
@@ -58,15 +64,17 @@ class Serving:
 
     @classmethod
     def parse(cls, name: str) -> Serving:
-        """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, ..."""
+        """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, `bfloat16-compiled-w2`, ..."""
         dtype, _, rest = name.partition("-")
-        if rest not in ("", "static", "compiled"):
-            raise ValueError(f"serving configuration {name!r}: expected <dtype>[-static|-compiled]")
-        return cls(dtype, "dynamic" if rest == "" else "static", rest == "compiled")
+        kind, _, width = rest.partition("-w")
+        if kind not in ("", "static", "compiled") or (width and (kind != "compiled" or not width.isdigit())):
+            raise ValueError(f"serving configuration {name!r}: expected <dtype>[-static|-compiled[-w<min width>]]")
+        return cls(dtype, "dynamic" if kind == "" else "static", kind == "compiled", int(width or 1))
 
     @property
     def name(self) -> str:
-        return self.dtype + ("-compiled" if self.compile else "-static" if self.kv_cache == "static" else "")
+        kind = "-compiled" if self.compile else "-static" if self.kv_cache == "static" else ""
+        return self.dtype + kind + (f"-w{self.min_width}" if self.min_width > 1 else "")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -122,16 +130,18 @@ class Served:
         return forward(self.model, ids, cache, logits_to_keep=1)[-1]
 
     def step(self, ids: Tensor, cache: Cache) -> Tensor:
-        """Logits `[T, V]` of `ids [1, T]` on top of `cache`. A compiled step may leave padded positions in the
-        cache after the T real ones: `crop` the cache to the kept context before the next step."""
+        """Logits `[T, V]` of `ids [1, T]` on top of `cache`, which grows by T."""
         n = ids.shape[1]
         if self._compiled is None:
             return forward(self.model, ids, cache, logits_to_keep=n)
-        width = next((w for w in self.widths if w >= n), None)
+        needed = max(n, self.serving.min_width)
+        width = next((w for w in self.widths if w >= needed), None)
         if width is None:
-            width = self._add_width(n)
+            width = self._add_width(needed)
         padded = torch.cat([ids, ids[:, -1:].expand(1, width - n)], dim=1) if width > n else ids
         logits = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width).logits[0]
+        if width > n:
+            cache.crop(n - width)  # forget the padded positions (a static cache only moves its length back)
         return logits[:n]
 
     def crop(self, cache: Cache, length: int) -> None:
@@ -140,7 +150,7 @@ class Served:
     def warm_up(self, widths: list[int]) -> dict[int, float]:
         """Compile the steps of `widths` now (nothing to do when eager); seconds each took."""
         if self._compiled is not None:
-            for width in sorted(set(widths) - set(self.widths)):
+            for width in sorted({max(w, self.serving.min_width) for w in widths} - set(self.widths)):
                 self._add_width(width)
         return dict(self.compile_seconds)
 
