@@ -3,7 +3,7 @@
     python -m adaspec.commands.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
                                  [--gammas 1,2,3,4,5,6,8] [--temperatures 0,1] [--k 0.4] [--threads 2]
                                  [--serving bfloat16-compiled] [--servings float32,bfloat16]
-                                 [--draft-dtype float32] [--draft FOLDER | --no-trained]
+                                 [--draft-dtype float32] [--draft FOLDER | --no-trained] [--no-adaptive]
                                  [hydra overrides naming the trained pair, as for stages 2-3 ...]
 
 Target-only decoding and the project's speculative decoding with the trained draft of `--k`, for every
@@ -139,6 +139,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--k", type=float, default=0.4, help="which trained draft: draft-k<k>")
     parser.add_argument("--draft", type=Path, default=None,
                         help="a finished draft or reference folder (its final/) instead of draft-k<k>")
+    parser.add_argument("--no-adaptive", action="store_true", help="the fixed gammas only")
     parser.add_argument("--no-trained", action="store_true",
                         help="bench the training-free drafts of the baseline group only (no trained draft needed)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
@@ -203,11 +204,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
     adaptive = AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
-    policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
+    widest = max(args.gammas)
+    if not args.no_adaptive:
+        policies["adaptive"] = lambda: AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
+        widest = max(widest, min(cfg.gamma + 2, adaptive.max_gamma))
     # every step width a run needs: one token, and gamma + 1 for each fixed gamma and the adaptive policy's range
-    warm_widths = sorted({1, *(g + 1 for g in args.gammas), min(cfg.gamma + 2, adaptive.max_gamma) + 1})
-    for served in (target, *target_only.values()):
-        served.warm_up(warm_widths)
+    warm_widths = sorted({1, *(g + 1 for g in args.gammas), widest + 1})
+    target.warm_up(warm_widths)
+    for served in target_only.values():
+        served.warm_up([1])
     costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))
     costs |= {"target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
     payload: dict[str, Any] = {

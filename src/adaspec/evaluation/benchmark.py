@@ -78,13 +78,14 @@ def benchmark(
     (`Draft.hf_assisted_kwargs`). `make_policy()` gives our engine its gamma policy and HF assisted generation a constant `gamma`, unless
     an entry names its own (`Entry.policy`, `Entry.hf_gamma`: one draft under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
     prompt's index. `target_only`: the target in other serving configurations, timed target-only beside it.
-    `warm_widths`: the step widths a compiled target compiles before anything runs.
+    `warm_widths`: the step widths a compiled target compiles before anything runs (one token for `target_only`).
     """
     device = prompts[0].device
     target = as_served(target)
     target_only = target_only or {}
-    for served in (target, *target_only.values()):
-        served.warm_up(list(warm_widths))
+    target.warm_up(list(warm_widths))
+    for served in target_only.values():  # they only decode target-only: one-token steps
+        served.warm_up([1])
     drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.draft.hf_assisted_kwargs(gamma) is not None)
               for e in drafts]
 
