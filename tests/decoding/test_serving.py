@@ -144,6 +144,18 @@ def test_compiled_steps_decode_as_eager_and_reuse_one_graph_per_width(llama, pro
     assert padded.widths == [2, 4]
 
 
+def test_two_compiled_copies_decode_on_their_own_caches(llama, prompts):
+    """Frozen graphs hold the address of the cache they were traced with: two compiled copies of one model,
+    decoding in turn, must each read their own cache (and a step wider than any warmed compiles at once)."""
+    first, second = served(llama, "float32-compiled"), served(llama, "float32-compiled")
+    for ids_a, ids_b in zip(prompts[:3], prompts[3:6], strict=True):
+        a = target_generate(first, ids_a, max_new_tokens=8, eos_token_id=None).tokens
+        b = target_generate(second, ids_b, max_new_tokens=8, eos_token_id=None).tokens
+        assert a == target_generate(llama, ids_a, max_new_tokens=8, eos_token_id=None).tokens
+        assert b == target_generate(llama, ids_b, max_new_tokens=8, eos_token_id=None).tokens
+    assert first.widths == second.widths == [1] and set(first.compile_seconds) == {1}
+
+
 def test_speculative_sampling_in_bfloat16_is_distributed_as_the_target():
     target = tiny_model_bf16(10)
     draft = ModelDraft(tiny_model_bf16(11, layers=1))

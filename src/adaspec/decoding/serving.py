@@ -135,11 +135,13 @@ class Served:
         if self._compiled is None:
             return forward(self.model, ids, cache, logits_to_keep=n)
         needed = max(n, self.serving.min_width)
-        width = next((w for w in self.widths if w >= needed), None)
-        if width is None:
-            width = self._add_width(needed)
+        width = next((w for w in self.widths if w >= needed), needed)  # a new width compiles at its first call
         padded = torch.cat([ids, ids[:, -1:].expand(1, width - n)], dim=1) if width > n else ids
+        started = time.perf_counter()
         logits = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width).logits[0]
+        if width not in self.widths:
+            self.widths = sorted({*self.widths, width})
+            self.compile_seconds[width] = time.perf_counter() - started
         if width > n:
             cache.crop(n - width)  # forget the padded positions (a static cache only moves its length back)
         return logits[:n]
@@ -147,24 +149,17 @@ class Served:
     def crop(self, cache: Cache, length: int) -> None:
         crop_cache(cache, length)
 
-    def warm_up(self, widths: list[int]) -> dict[int, float]:
-        """Compile the steps of `widths` now (nothing to do when eager); seconds each took."""
-        if self._compiled is not None:
-            for width in sorted({max(w, self.serving.min_width) for w in widths} - set(self.widths)):
-                self._add_width(width)
-        return dict(self.compile_seconds)
-
     @torch.inference_mode()
-    def _add_width(self, width: int) -> int:
-        """Compile the step of `width` tokens by running it once on a scratch cache."""
-        self.widths = sorted({*self.widths, width})
-        cache = self.new_cache(width + 2)
-        self.prefill(torch.zeros(1, 2, dtype=torch.long, device=self.device), cache)
-        ids = torch.zeros(1, width, dtype=torch.long, device=self.device)  # contiguous, as every real step's ids
-        started = time.perf_counter()
-        self._compiled(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=width)
-        self.compile_seconds[width] = time.perf_counter() - started
-        return width
+    def warm_up(self, widths: list[int]) -> dict[int, float]:
+        """Compile the steps of `widths` now, between generations (it empties the cache of their capacity);
+        nothing to do when eager. Seconds each compilation took."""
+        for width in sorted({max(w, self.serving.min_width) for w in widths} - set(self.widths)):
+            if self._compiled is None:
+                break
+            cache = self.new_cache(width + 2)
+            self.prefill(torch.zeros(1, 2, dtype=torch.long, device=self.device), cache)
+            self.step(torch.zeros(1, width, dtype=torch.long, device=self.device), cache)
+        return dict(self.compile_seconds)
 
 
 def as_served(model: PreTrainedModel | Served) -> Served:
