@@ -119,6 +119,8 @@ def test_first_divergence_measures_the_margin_where_outputs_part(llama, prompts)
     assert found["margin"] == pytest.approx(float(logits[reference[4]] - logits[forged[4]]), abs=1e-5)
     assert found["margin"] > 0  # the reference's token is the target's argmax
     assert first_divergence(target, ids, reference, reference) is None
+    at_start = first_divergence(target, ids, reference, [(reference[0] + 1) % VOCAB] + reference[1:])
+    assert at_start["position"] == 0 and at_start["margin"] > 0  # no common prefix: the prompt alone
     assert first_divergence(target, ids, reference, reference[:6])["position"] == 6
 
 

@@ -27,7 +27,7 @@ def first_divergence(served: Served, prompt: Tensor, reference: list[int], other
     if position is None:
         position = min(len(reference), len(other))
         return {"position": position, "reference": None, "other": None, "margin": None}
-    ids = torch.cat([prompt[0], torch.tensor(reference[:position], device=prompt.device)]).view(1, -1)
+    ids = torch.cat([prompt[0], torch.tensor(reference[:position], dtype=torch.long, device=prompt.device)]).view(1, -1)
     cache = served.new_cache(ids.shape[1])
     logits = served.prefill(ids, cache).float()
     return {
