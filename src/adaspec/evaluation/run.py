@@ -246,7 +246,8 @@ def summarise(
         row = {
             **draft_info[draft.name],
             **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy,
-                            timed=len(measured), fastest_target=fastest_target_only(m)),
+                            timed=len(measured),
+                            fastest_target=target_only_runs(target, m, timed)[fastest_target_only(target, m, timed)]),
         }
         row[metric] = score(spec)
         row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed)
@@ -283,18 +284,24 @@ def _wall(results: list[GenerationResult]) -> float:
     return sum(r.wall_time_s for r in results)
 
 
-def fastest_target_only(m: Measurements) -> list[GenerationResult]:
-    """The timed target-only runs of the fastest serving configuration (the evaluation's own or eval.target_servings')."""
-    timed = len(m.speculative[next(iter(m.speculative))]) if m.speculative else len(m.target)
-    return min([m.target[:timed], *m.target_only.values()], key=_wall)
+def target_only_runs(target: Served, m: Measurements, timed: int) -> dict[str, list[GenerationResult]]:
+    """The timed target-only runs by serving configuration: the evaluation's own and eval.target_servings'."""
+    return {target.serving.name: m.target[:timed], **m.target_only}
+
+
+def fastest_target_only(target: Served, m: Measurements, timed: int) -> str:
+    """The serving configuration whose target-only decoding made the most tokens per second."""
+    rates = {name: sum(len(r.tokens) for r in runs) / _wall(runs)
+             for name, runs in target_only_runs(target, m, timed).items()}
+    return max(rates, key=rates.get)
 
 
 def serving_summary(target: Served, target_only: dict[str, Served], m: Measurements, timed: int) -> dict[str, Any]:
     """The serving configurations of the run: the target's, each target-only one's tokens/s, the fastest."""
     rates = {name: sum(len(r.tokens) for r in runs) / _wall(runs)
-             for name, runs in {target.serving.name: m.target[:timed], **m.target_only}.items()}
+             for name, runs in target_only_runs(target, m, timed).items()}
     return {"target": target.serving.name, "target_only/tokens_per_s": rates,
-            "fastest_target_only": max(rates, key=rates.get),
+            "fastest_target_only": fastest_target_only(target, m, timed),
             "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
                                 for name, served in {target.serving.name: target, **target_only}.items()
                                 if served.widths}}
