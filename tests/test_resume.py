@@ -34,7 +34,7 @@ RUN = [
     "stage.checkpoint_every_n_steps=4",
     "stage.val_every_n_steps=0",
 ]
-TIMING_COLUMNS = ("train/tokens_per_s",)
+TIMING_COLUMNS = ("train/tokens_per_s", "train/generation_s")
 
 
 def train(root: Path, *extra: str) -> subprocess.Popen:

@@ -41,6 +41,7 @@ class ThresholdRefresh(pl.Callback):
         self.every_n_steps = every_n_steps
         self.ema = ema
         self._refreshed_at: int | None = None
+        self._batch_step = 0
 
     @torch.no_grad()
     def refresh(self, pl_module) -> None:
@@ -60,7 +61,10 @@ class ThresholdRefresh(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if pl_module.selection_state.threshold is None:  # a resumed run keeps the threshold from its checkpoint
             self.refresh(pl_module)
-            self._log_refresh(trainer, pl_module)
+            self._log_refresh(trainer, pl_module, step=trainer.global_step)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._batch_step = trainer.global_step
 
     def track(self, trainer, pl_module, record: SelectionRecord | None) -> bool:
         """Move the threshold towards the batch's (1 - k) quantile of dL, or reset it to that quantile when
@@ -88,8 +92,11 @@ class ThresholdRefresh(pl.Callback):
             log.info("selection threshold reset to the batch's cut %.4f at step %d", pl_module.selection_state.threshold, step)
         else:
             return
-        self._log_refresh(trainer, pl_module)
+        self._log_refresh(trainer, pl_module, step=self._batch_step)
 
-    def _log_refresh(self, trainer, pl_module) -> None:
+    def _log_refresh(self, trainer, pl_module, step: int) -> None:
+        """Logged at the step whose batch caused it (the row of that step's training metrics), not at the
+        already incremented global step: a checkpoint saved before the next step then holds the threshold
+        and its log row alike, and a run resumed from it neither loses the row nor logs it twice."""
         for logger in trainer.loggers:
-            logger.log_metrics({"train/threshold_refresh": float(pl_module.selection_state.threshold)}, step=trainer.global_step)
+            logger.log_metrics({"train/threshold_refresh": float(pl_module.selection_state.threshold)}, step=step)
