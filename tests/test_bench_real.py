@@ -21,7 +21,6 @@ def test_a_full_vocabulary_draft_is_timed_against_hf_assisted_too(tiny_trained, 
     assert len(fixed) == 2 and "speedup_vs_hf_assisted" not in adaptive
     for row in fixed:
         assert row["greedy_mismatches"] == 0 and row["hf_assisted/greedy_mismatches"] == 0
-        assert row["hf_assisted/tokens_per_s"] > 0
         assert row["speedup_vs_hf_assisted"] == row["tokens_per_s"] / row["hf_assisted/tokens_per_s"]
 
 

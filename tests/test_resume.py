@@ -37,9 +37,39 @@ RUN = [
 TIMING_COLUMNS = ("train/tokens_per_s", "train/generation_s")
 
 
-def train(root: Path, *extra: str) -> subprocess.Popen:
+# Runs the training command with one change, made here and not in the package: right after writing its first
+# checkpoint the run touches a marker file and waits, so the test's SIGKILL lands mid-epoch, after that
+# checkpoint, whatever the machine's speed (no sleep, no race with the end of the run).
+PAUSE_AFTER_FIRST_CHECKPOINT = """
+import os, runpy, signal, sys
+from pathlib import Path
+from adaspec.callbacks.step_checkpoint import StepCheckpoint
+
+save = StepCheckpoint.on_train_batch_start
+
+def save_then_wait(self, trainer, pl_module, batch, batch_idx):
+    before = self.saved_step
+    save(self, trainer, pl_module, batch, batch_idx)
+    if self.saved_step != before:
+        Path(os.environ["PAUSED_MARKER"]).touch()
+        while True:
+            signal.pause()
+
+StepCheckpoint.on_train_batch_start = save_then_wait
+sys.argv[0] = "adaspec.commands.train"
+runpy.run_module("adaspec.commands.train", run_name="__main__")
+"""
+
+
+def train(root: Path, *extra: str, pause_marker: Path | None = None) -> subprocess.Popen:
+    """The stage as `python -m adaspec.commands.train` runs it; with `pause_marker`, paused after its first
+    checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "adaspec.commands.train", *RUN, f"paths.root={root}", *extra]
+    entry = ["-m", "adaspec.commands.train"]
+    if pause_marker is not None:
+        env["PAUSED_MARKER"] = str(pause_marker)
+        entry = ["-c", PAUSE_AFTER_FIRST_CHECKPOINT]
+    command = [sys.executable, *entry, *RUN, f"paths.root={root}", *extra]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -49,13 +79,15 @@ def finish(process: subprocess.Popen) -> str:
     return err
 
 
-def kill_after_checkpoint(process: subprocess.Popen, checkpoint: Path) -> None:
-    """SIGKILL from outside as soon as the first checkpoint is on disk (the run is then mid-epoch 0)."""
-    deadline = time.monotonic() + 600
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+def kill_when_paused(process: subprocess.Popen, marker: Path) -> None:
+    """SIGKILL from outside once a run started with `pause_marker=marker` waits after its first checkpoint."""
+    while not marker.exists():
+        if process.poll() is not None:
+            _, err = process.communicate()
+            raise AssertionError(f"the run ended (exit {process.returncode}) before its first checkpoint:\n{err[-3000:]}")
         time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    process.communicate()
 
 
 def metrics_rows(stage_folder: Path) -> list[dict[str, str]]:
@@ -81,8 +113,8 @@ def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(t
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     finish(train(whole))
     stage = Path("arith/tiny/seed0/target")
-    process = train(killed)
-    kill_after_checkpoint(process, killed / stage / "checkpoints" / "last.ckpt")
+    process = train(killed, pause_marker=tmp_path / "paused")
+    kill_when_paused(process, tmp_path / "paused")
     assert process.returncode == -signal.SIGKILL
     assert not (killed / stage / "final").exists()
     log = finish(train(killed, "resume=true"))

@@ -1,6 +1,6 @@
 """Exact resume of the distillation stages: stage 2 reading the teacher cache, and stage 3 with the state that
 lives outside the weights (the global threshold, the on-policy steps' sampler, the k schedule). Each run is
-SIGKILLed from outside once its first mid-epoch checkpoint is on disk, resumed, and compared with the
+SIGKILLed from outside while it waits after its first mid-epoch checkpoint, resumed, and compared with the
 uninterrupted run: bit-identical weights and the same metrics.csv."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from adaspec.toolkit import compose_config
 from adaspec.distill.cache_build import build_cache
 from adaspec.pipeline import run_stage
+from adaspec.toolkit import compose_config
 from tests.conftest import TINY
-from tests.test_resume import RUN, finish, kill_after_checkpoint, metrics_rows, train
+from tests.test_resume import RUN, finish, kill_when_paused, metrics_rows, train
 
 UPSTREAM = [override for override in RUN if not override.startswith("stage=")]
 
@@ -50,10 +50,10 @@ def test_a_distillation_stage_killed_mid_epoch_resumes_to_the_uninterrupted_run(
     stage = Path("arith/tiny/seed0") / STAGE_FOLDER[case[0].removeprefix("stage=")]
 
     uninterrupted = train(whole, *case)
-    interrupted = train(killed, *case)
-    kill_after_checkpoint(interrupted, killed / stage / "checkpoints" / "last.ckpt")
+    interrupted = train(killed, *case, pause_marker=tmp_path / "paused")
+    kill_when_paused(interrupted, tmp_path / "paused")
     finish(uninterrupted)
-    assert interrupted.returncode == -signal.SIGKILL, "the run ended before its first checkpoint was written"
+    assert interrupted.returncode == -signal.SIGKILL
     assert not (killed / stage / "final").exists()
     finish(train(killed, *case, "resume=true"))
 

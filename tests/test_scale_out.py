@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import torch
@@ -88,25 +87,35 @@ def test_ddp_two_cpu_processes_write_the_artefact_once(tiny_trained, tmp_path):
 
 
 def test_non_zero_ranks_wait_for_the_draft_init_instead_of_writing_it(tiny_cfg, monkeypatch):
-    from adaspec import pipeline
+    """Two threads stand in for two ranks: the main thread is a non-zero rank and must wait; the other is rank
+    zero and writes only once the main thread is waiting (an event orders them, not a sleep)."""
     from adaspec.data.tokenizer import train_bpe_tokenizer
+    from adaspec.stages import draft_init
 
     cfg = tiny_cfg("stage=ref")
     tokenizer = train_bpe_tokenizer(["1 + 2 = 3", "4 * 5 = 20"] * 20, 300)
     folder = paths.final(paths.draft_init_dir(cfg))
-    monkeypatch.setattr(pipeline, "is_global_zero", lambda: False)
+    rank_zero_thread = threading.Thread(target=lambda: writes.append(rank_zero()))
+    waiting = threading.Event()
+    wait_for = draft_init.wait_for
+
+    def waiting_rank(path, what):
+        waiting.set()
+        wait_for(path, what, timeout_s=600, poll_s=0.05)
+
+    monkeypatch.setattr(draft_init, "is_global_zero", lambda: threading.current_thread() is rank_zero_thread)
+    monkeypatch.setattr(draft_init, "wait_for", waiting_rank)
     writes = []
 
     def rank_zero():
-        time.sleep(1.0)
-        monkeypatch.undo()
-        writes.append(ensure_draft_init(cfg, tokenizer))
+        assert waiting.wait(timeout=600), "the non-zero rank never started waiting"
+        assert not (folder / "meta.json").exists()  # nobody wrote it before rank zero
+        return ensure_draft_init(cfg, tokenizer)
 
-    thread = threading.Thread(target=rank_zero)
-    thread.start()
+    rank_zero_thread.start()
     assert ensure_draft_init(cfg, tokenizer) == folder  # returns once rank 0 has written it
-    thread.join()
-    assert writes == [folder] and (folder / "meta.json").is_file()
+    rank_zero_thread.join()
+    assert waiting.is_set() and writes == [folder] and (folder / "meta.json").is_file()
 
 
 def test_slurm_launcher_composes_with_hydra_submitit():

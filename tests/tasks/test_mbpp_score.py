@@ -48,7 +48,8 @@ def test_pass_at_1_keeps_going_after_every_kind_of_failure():
         "def add(a, b:\n[DONE]",
         "import os\nos._exit(0)\n[DONE]",
     ]
-    score = pass_at_1(list(zip(generated, examples, strict=True)), timeout_s=1.0)
+    # the loop never ends; the timeout leaves the other programs (a fraction of a second each) a wide margin
+    score = pass_at_1(list(zip(generated, examples, strict=True)), timeout_s=5.0)
     assert [r.task_id for r in score.per_task] == [0, 1, 2, 3, 4]
     assert [r.status for r in score.per_task] == ["passed", "failed", "timeout", "failed", "exited_early"]
     assert score.metrics == {METRIC: pytest.approx(0.2)} and METRIC == "mbpp/pass@1"
