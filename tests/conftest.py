@@ -23,6 +23,15 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
+
+def shared_data(task: str) -> Path:
+    """The real task files in ../shared/data/<task>; on a clone without them the calling test is skipped with
+    one line naming the folder."""
+    folder = SHARED_DATA / task
+    if not folder.is_dir():
+        pytest.skip(f"needs the real {task} files in {folder} (the shared/ folder beside the repository)")
+    return folder
+
 # Models and data small enough that a stage runs a few steps in seconds on two CPU cores.
 TINY = [
     "model.target.hidden_size=32",

@@ -3,6 +3,7 @@ the SLURM launcher config, attention selection, the 8-bit draft and `make gpu-ch
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -130,6 +131,14 @@ def test_slurm_launcher_composes_with_hydra_submitit():
     assert launcher.partition == "gpu" and launcher.gpus_per_node == 1 and launcher.timeout_min > 0
 
 
+CUDA = torch.cuda.is_available()
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.skipif(CUDA and installed("flash_attn"), reason="flash-attn and a CUDA GPU are here: `auto` picks it")
 def test_attention_auto_is_sdpa_without_flash_attn_and_flash_attention_2_fails_first(tiny_cfg):
     assert resolve_attn_implementation("auto", half_precision=True) == "sdpa"  # no flash-attn / CUDA here
     with pytest.raises(UserError, match="flash_attention_2 needs .*flash-attn"):
@@ -146,6 +155,7 @@ def test_bf16_mixed_with_gradient_checkpointing_trains_stage_3(tiny_trained):
     assert next(model.parameters()).dtype == torch.float32  # mixed precision keeps float32 weights
 
 
+@pytest.mark.skipif(CUDA and installed("bitsandbytes"), reason="a CUDA GPU and bitsandbytes are here: 8-bit loads")
 def test_8bit_draft_needs_cuda_and_bitsandbytes(tmp_path):
     from adaspec.decoding.quant import load_draft_8bit
 
@@ -153,11 +163,21 @@ def test_8bit_draft_needs_cuda_and_bitsandbytes(tmp_path):
         load_draft_8bit(tmp_path)
 
 
+@pytest.mark.skipif(CUDA, reason="a CUDA GPU is here: test_gpu_check_on_a_gpu runs instead")
 def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys):
     from adaspec.commands.gpu_check import main
 
     assert main([]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (`make gpu-check` on a GPU machine)")
+def test_gpu_check_on_a_gpu_trains_and_decodes(capsys):
+    from adaspec.commands.gpu_check import main
+
+    assert main([]) == 0
+    printed = capsys.readouterr().out
+    assert "no CUDA GPU" not in printed and "tokens/s" in printed
 
 
 def test_fsdp_wraps_each_transformer_block_and_scales_fp16_from_128(tiny_cfg):

@@ -31,7 +31,7 @@ from adaspec.evaluation.run import run_evaluation
 from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import VOCAB_FILE, special_token_ids
 from adaspec.pipeline import run_stage
-from tests.conftest import SHARED_DATA, compose_config
+from tests.conftest import compose_config, shared_data
 from tests.models.tiny_gguf import chat_tokenizer
 
 DRAFT_VOCAB = 96
@@ -77,7 +77,7 @@ def overrides_at_test_size(tmp, n_train: int = N_TRAIN) -> list[str]:
         f"paths.models={tmp / 'models'}",
         f"paths.root={tmp / 'outputs'}",
         "task=gsm8k",
-        f"task.local_dir={SHARED_DATA / 'gsm8k'}",
+        f"task.local_dir={shared_data('gsm8k')}",
         f"task.n_train={n_train}",
         "task.n_test=4",
         "task.n_val=2",

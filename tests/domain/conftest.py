@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
 from adaspec.stages.tokenizer_source import training_texts
-from tests.conftest import compose_config
-
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def shared_data(name: str) -> Path:
-    folder = SHARED_DATA / name
-    if not folder.is_dir():
-        pytest.skip(f"real {name} data not found at {folder} (the shared/ folder beside the repository)")
-    return folder
+from tests.conftest import compose_config, shared_data
 
 
 @pytest.fixture(scope="session")

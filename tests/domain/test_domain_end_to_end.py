@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import frequent_dotted_names
 from adaspec.pipeline import run_stage
+from tests.conftest import shared_data
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 SMALL = [
     "task.n_train=48",
     "task.n_test=8",
@@ -26,9 +25,7 @@ SMALL = [
 
 
 def run_three_stages(tiny_cfg, task: str, *extra: str, draft_extra: tuple[str, ...] = ()):
-    folder = DATA / task
-    if not folder.is_dir():
-        pytest.skip(f"real {task} data not found at {folder}")
+    folder = shared_data(task)
     overrides = [f"task={task}", f"task.local_dir={folder}", *SMALL, *extra]
     finals = [run_stage(tiny_cfg(*overrides, f"stage={stage}")) for stage in ("target", "ref")]
     finals.append(run_stage(tiny_cfg(*overrides, "stage=draft", *draft_extra)))

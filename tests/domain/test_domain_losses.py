@@ -19,7 +19,7 @@ from adaspec.drafts import ModelDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.ref import ReferenceDistill
-from tests.domain.conftest import shared_data
+from tests.conftest import shared_data
 from tests.stage_helpers import model, tokenizer_and_batch
 
 

@@ -27,6 +27,7 @@ def test_other_presets_keep_plain_prompts(model):
 
 
 def test_paths_models_follows_adaspec_models(monkeypatch, tmp_path):
+    monkeypatch.delenv("ADASPEC_MODELS", raising=False)
     assert compose_config().paths.models == "models"
     monkeypatch.setenv("ADASPEC_MODELS", str(tmp_path))
     assert compose_config("model=smollm2").model.target_path == f"{tmp_path}/{SMOLLM2.name}"

@@ -8,7 +8,7 @@ from adaspec.commands.paper import collect
 from adaspec.data.tasks import held_out_training, load_task
 from adaspec.paper.plan import TASKS, paper_plan
 from adaspec.paper.runner import compose_step, run_plan
-from tests.conftest import SHARED_DATA
+from tests.conftest import shared_data
 from tests.test_smollm2_pipeline import tiny_instruct_target
 
 N_TRAIN, N_VAL = 8, 2
@@ -18,7 +18,7 @@ def plan_overrides_at_test_size(tmp: Path, task: str, max_steps: int) -> list[st
     """Every step of a smollm2_* plan on a tiny target in `tmp`/instruct, its outputs below `tmp`."""
     return [
         f"model.target_path={tmp / 'instruct'}", f"paths.models={tmp / 'models'}",
-        f"paths.root={tmp / 'outputs'}", f"task.local_dir={SHARED_DATA / task}",
+        f"paths.root={tmp / 'outputs'}", f"task.local_dir={shared_data(task)}",
         f"task.n_train={N_TRAIN}", f"task.n_val={N_VAL}", "task.n_test=2", "eval.n_prompts=2", "eval.gammas=[1,2]",
         "eval.timed_prompts=1", "decode.max_new_tokens=12", "distill.answer_max_new_tokens=200",
         "distill.cache_topk=8", "model.draft_vocab_size=96", "model.draft.hidden_size=16",

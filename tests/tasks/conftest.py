@@ -7,24 +7,17 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
-
-def data_dir(name: str) -> Path:
-    folder = SHARED_DATA / name
-    if not folder.is_dir():
-        pytest.skip(f"real {name} data not found at {folder.resolve()} (the shared/ folder beside the repo)")
-    return folder
+from tests.conftest import shared_data
 
 
 @pytest.fixture
 def gsm8k_dir() -> Path:
-    return data_dir("gsm8k")
+    return shared_data("gsm8k")
 
 
 @pytest.fixture
 def mbpp_dir() -> Path:
-    return data_dir("mbpp")
+    return shared_data("mbpp")
 
 
 def task_cfg(name: str, local_dir: Path | str | None, **overrides) -> DictConfig:
