@@ -12,7 +12,8 @@ from adaspec.data.gsm8k import load_gsm8k
 from adaspec.data.prompts import FINAL_ANSWER, MATH_INSTRUCTION
 from adaspec.data.tasks import LOADERS, load_task
 from adaspec.errors import UserError
-from tests.tasks.conftest import task_cfg
+from tests.conftest import compose_config
+from tests.tasks.conftest import hub_layout, task_cfg
 
 
 def write_jsonl(path, records) -> None:
@@ -115,19 +116,27 @@ def test_unreachable_hub_fails_fast_and_names_local_dir(monkeypatch):
         load_gsm8k(task_cfg("gsm8k", None))
 
 
-def test_hub_records_go_through_datasets(monkeypatch):
-    fake = datasets.DatasetDict(
-        {"train": datasets.Dataset.from_list([GOOD]), "test": datasets.Dataset.from_list([GOOD, GOOD])}
-    )
-    calls = []
+def test_the_hub_layout_loads_through_datasets_as_the_local_files_do(monkeypatch, tmp_path):
+    """task.hub_path pointed at a local copy of the Hub repository: the real `datasets.load_dataset` reads the
+    config task.hub_name names (not the other one beside it), and gives the examples the JSONL files give."""
+    other = {"question": "What is 1 + 1?", "answer": "1+1=2\n#### 2"}
+    train, test = [GOOD, other], [other, GOOD, GOOD]
+    socratic = {"question": "Ask first: how many?", "answer": "How many? 3\n#### 3"}
+    hub = hub_layout(tmp_path / "openai-gsm8k", {"main": {"train": train, "test": test},
+                                                  "socratic": {"train": [socratic], "test": [socratic]}})
+    local = tmp_path / "jsonl"
+    local.mkdir()
+    write_jsonl(local / "train.jsonl", train)
+    write_jsonl(local / "test.jsonl", test)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a local folder needs no network
 
-    def fake_load(path, name=None, **kwargs):
-        calls.append((path, name))
-        return fake
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    splits = load_gsm8k(task_cfg("gsm8k", None))
-    assert calls == [("openai/gsm8k", "main")]
-    assert (len(splits["train"]), len(splits["test"])) == (1, 2)
-    assert splits["test"][1].reference == "5"
+    defaults = compose_config("task=gsm8k").task
+    assert (defaults.hub_path, defaults.hub_name) == ("openai/gsm8k", "main")
+    from_hub = load_gsm8k(task_cfg("gsm8k", None, hub_path=str(hub), hub_name="main"))
+    from_files = load_gsm8k(task_cfg("gsm8k", local))
+    assert (len(from_hub["train"]), len(from_hub["test"])) == (2, 3)
+    for split in ("train", "test"):
+        assert [(e.prompt, e.target, e.reference) for e in from_hub[split]] == [
+            (e.prompt, e.target, e.reference) for e in from_files[split]]
+    assert [e.reference for e in from_hub["test"]] == ["2", "5", "5"]
+    assert load_gsm8k(task_cfg("gsm8k", None, hub_path=str(hub), hub_name="socratic"))["test"][0].reference == "3"

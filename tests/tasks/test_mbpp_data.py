@@ -12,7 +12,8 @@ from adaspec.data.mbpp import SPLIT_TASK_IDS, load_mbpp
 from adaspec.data.prompts import code_prompt, code_target
 from adaspec.data.tasks import LOADERS, load_task
 from adaspec.errors import UserError
-from tests.tasks.conftest import task_cfg
+from tests.conftest import compose_config
+from tests.tasks.conftest import hub_layout, task_cfg
 
 
 def record(task_id: int, **changes) -> dict:
@@ -127,24 +128,16 @@ def test_offline_without_local_dir_names_local_dir(monkeypatch):
         load_mbpp(task_cfg("mbpp", None))
 
 
-def test_hub_splits_are_used_as_they_come(monkeypatch):
-    fake = datasets.DatasetDict(
-        {
-            "train": datasets.Dataset.from_list([record(601)]),
-            "test": datasets.Dataset.from_list([record(11), record(12)]),
-            "validation": datasets.Dataset.from_list([record(511)]),
-            "prompt": datasets.Dataset.from_list([record(1)]),
-        }
-    )
-    calls = []
-
-    def fake_load(path, name=None, **kwargs):
-        calls.append((path, name))
-        return fake
-
+def test_hub_splits_are_used_as_they_come(monkeypatch, tmp_path):
+    """A local copy of google-research-datasets/mbpp's layout (full/ beside sanitized/), read by the real
+    `datasets.load_dataset` through task.hub_path: the splits of the `full` config as they come."""
+    full = {"train": [record(601)], "test": [record(11), record(12)], "validation": [record(511)],
+            "prompt": [record(1)]}
+    sanitized = {"test": [record(13)]}
+    hub = hub_layout(tmp_path / "mbpp", {"full": full, "sanitized": sanitized})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    splits = load_mbpp(task_cfg("mbpp", None))
-    assert calls == [("google-research-datasets/mbpp", "full")]
+    defaults = compose_config("task=mbpp").task
+    assert (defaults.hub_path, defaults.hub_name) == ("google-research-datasets/mbpp", "full")
+    splits = load_mbpp(task_cfg("mbpp", None, hub_path=str(hub), hub_name="full"))
     assert [e.record["task_id"] for e in splits["test"]] == [11, 12]
     assert splits["train"][0].target == "def add_one(x):\n\treturn x + 1\n[DONE]"
