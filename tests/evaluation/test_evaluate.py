@@ -13,6 +13,7 @@ from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.evaluation.run import run_evaluation
 from tests.conftest import REPO
+from tests.wandb_log import summary
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAST = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1"]
@@ -82,7 +83,11 @@ def test_evaluation_end_to_end(trained, capsys):
         assert (folder / png).read_bytes().startswith(PNG_MAGIC)
     assert not list(folder.glob(".*.tmp"))  # atomic writes leave no temporary files
     runs = list((folder / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+    assert len(runs) == 1
+    logged = summary(runs[0])  # W&B holds the values results.json holds
+    for name, row in results["drafts"].items():
+        assert logged[f"{name}/alpha"] == row["alpha"] and logged[f"{name}/tau"] == row["tau"]
+    assert logged["target/gsm8k/exact_match"] == target["gsm8k/exact_match"]
 
 
 def test_sampling_with_an_adaptive_policy(trained):

@@ -1,0 +1,66 @@
+"""What an offline W&B run logged, read back from its `run-*.wandb` file, so that a test can compare the
+values with metrics.csv instead of checking that the file exists.
+
+The file is a LevelDB-style log (the format W&B's offline runs use): a 7-byte header, then 32 KiB blocks
+of chunks, each `crc32 (4) | length (2) | kind (1) | bytes`, kind 1 a whole record, 2/3/4 its first,
+middle and last pieces; a record is a `wandb_internal_pb2.Record` protobuf.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+HEADER, BLOCK, CHUNK_HEADER = 7, 32 * 1024, 7
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def records(path: Path) -> list[bytes]:
+    data, pos, pieces, out = path.read_bytes(), HEADER, b"", []
+    while pos + CHUNK_HEADER <= len(data):
+        if BLOCK - pos % BLOCK < CHUNK_HEADER:  # a block's tail too short for a chunk header is padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
+        if length == 0 and kind == 0:
+            break
+        chunk = data[pos + CHUNK_HEADER : pos + CHUNK_HEADER + length]
+        pos += CHUNK_HEADER + length
+        if kind == FULL:
+            out.append(chunk)
+        elif kind == FIRST:
+            pieces = chunk
+        elif kind == MIDDLE:
+            pieces += chunk
+        elif kind == LAST:
+            out.append(pieces + chunk)
+    return out
+
+
+def history(run_folder: Path) -> list[dict]:
+    """Every history row (`wandb.log` call) of the offline run in `run_folder`, values decoded from JSON."""
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = run_folder.glob("run-*.wandb")
+    rows = []
+    for raw in records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+    return rows
+
+
+def summary(run_folder: Path) -> dict:
+    """The run's summary (`run.summary.update`), the last value of each key."""
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = run_folder.glob("run-*.wandb")
+    out = {}
+    for raw in records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "summary":
+            out |= {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
+    return out
