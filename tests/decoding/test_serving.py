@@ -173,3 +173,24 @@ def test_speculative_sampling_in_bfloat16_is_distributed_as_the_target():
 
 def tiny_model_bf16(seed: int, layers: int = 2):
     return tiny_llama(seed, vocab=SAMPLING_V, layers=layers, init_std=0.2).to(torch.bfloat16)
+
+
+def test_the_training_monitor_decodes_the_target_in_the_serving_dtype(llama, prompts):
+    """decode.target_dtype reaches the acceptance monitor of stages 2 and 3: it measures with a bfloat16 copy
+    of the frozen target (made once), and leaves the float32 target that training reads untouched."""
+    from adaspec.callbacks.acceptance import AcceptanceMonitor, measure_acceptance
+
+    target = copy.deepcopy(llama)
+    monitor = AcceptanceMonitor([[1, 2, 3]], every_n_steps=1, target_dtype="bfloat16")
+    in_use = monitor.served_target(target)
+    assert in_use.model.dtype == torch.bfloat16 and target.dtype == torch.float32
+    assert monitor.served_target(target) is in_use
+    assert AcceptanceMonitor([[1]], every_n_steps=1).served_target(target) is target  # float32: no copy
+    draft = ModelDraft(noisy_copy(llama, 0.05, seed=3))
+    settings = dict(gamma=3, max_new_tokens=12, eos_token_id=None)
+    timing = ("wall_time_s", "tokens_per_s")
+    measured, independent = (
+        {k: v for k, v in measure_acceptance(model, draft, prompts[:3], **settings).items() if k not in timing}
+        for model in (in_use, copy.deepcopy(llama).to(torch.bfloat16))
+    )
+    assert measured == independent

@@ -3,8 +3,9 @@
 Stages 2 and 3 train a draft (stage 2's reference is one too); this callback measures it the way it
 will be used. Every `every_n_steps` optimiser steps, and once more at the end of training, it runs
 the REAL speculative decoding loop (`adaspec.decoding.speculative_generate`, greedy verification,
-fixed gamma) of `pl_module.frozen["target"]` with `pl_module.draft` (the student as a `Draft`) on a
-small fixed set of held-out prompts, and logs
+fixed gamma) of `pl_module.frozen["target"]`, in decode.target_dtype as the evaluation serves it, with
+`pl_module.draft` (the student as a `Draft`, in its training dtype) on a small fixed set of held-out
+prompts, and logs
 
     monitor/alpha, monitor/accept_rate, monitor/tau, monitor/reject_rate_at/i (i = 1..gamma)
 
@@ -16,12 +17,15 @@ called from `on_train_end`.
 
 from __future__ import annotations
 
+import copy
+
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
 from adaspec.data.encoding import IGNORE, Encoded
 from adaspec.decoding import FixedGamma, aggregate, speculative_generate
+from adaspec.decoding.serving import Served, Serving
 from adaspec.drafts import Draft
 
 PREFIX = "monitor/"
@@ -93,6 +97,7 @@ class AcceptanceMonitor(pl.Callback):
         gamma: int = 5,
         max_new_tokens: int = 48,
         eos_token_id: int | None = None,
+        target_dtype: str = "float32",
     ) -> None:
         if not prompts:
             raise ValueError("AcceptanceMonitor needs at least one prompt")
@@ -103,8 +108,20 @@ class AcceptanceMonitor(pl.Callback):
         self.gamma = gamma
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
+        self.target_dtype = target_dtype
+        self._served_target: Served | None = None
         self.history: list[tuple[int, dict[str, float]]] = []  # (global step, metrics) of every measurement
         self._last_step: int | None = None
+
+    def served_target(self, target: torch.nn.Module) -> torch.nn.Module | Served:
+        """The target as decoding serves it (decode.target_dtype): the training target itself in float32, else
+        a copy cast once (the target is frozen, so one copy serves every measurement; eager, dynamic cache:
+        compiling for a few prompts would cost more than the measurement)."""
+        if self.target_dtype == "float32":
+            return target
+        if self._served_target is None:
+            self._served_target = Served(copy.deepcopy(target), Serving(dtype=self.target_dtype))
+        return self._served_target
 
     def measure(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
         step = trainer.global_step
@@ -113,7 +130,7 @@ class AcceptanceMonitor(pl.Callback):
         pl_module.student.eval()
         try:
             stats = measure_acceptance(
-                pl_module.frozen["target"],
+                self.served_target(pl_module.frozen["target"]),
                 pl_module.draft,
                 [torch.tensor([p], device=device) for p in self.prompts],
                 gamma=self.gamma,

@@ -75,6 +75,7 @@ class ReferenceDistill(StageModule):
             every_n_steps=cfg.stage.monitor_every_n_steps,
             gamma=cfg.decode.gamma,
             eos_token_id=stop_token_id(data.tokenizer, str(cfg.task.prompt_format)),  # a target id
+            target_dtype=str(cfg.decode.target_dtype),
         )
         return [*stopping, monitor]
 
