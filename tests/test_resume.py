@@ -61,16 +61,21 @@ runpy.run_module("adaspec.commands.train", run_name="__main__")
 """
 
 
-def train(root: Path, *extra: str, pause_marker: Path | None = None) -> subprocess.Popen:
-    """The stage as `python -m adaspec.commands.train` runs it; with `pause_marker`, paused after its first
-    checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT)."""
+def start_training(*overrides: str, pause_marker: Path | None = None) -> subprocess.Popen:
+    """`python -m adaspec.commands.train <overrides>` in a process of its own; with `pause_marker`, paused after
+    its first checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     entry = ["-m", "adaspec.commands.train"]
     if pause_marker is not None:
         env["PAUSED_MARKER"] = str(pause_marker)
         entry = ["-c", PAUSE_AFTER_FIRST_CHECKPOINT]
-    command = [sys.executable, *entry, *RUN, f"paths.root={root}", *extra]
+    command = [sys.executable, *entry, *overrides]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def train(root: Path, *extra: str, pause_marker: Path | None = None) -> subprocess.Popen:
+    """This file's run (RUN) with its outputs under `root`."""
+    return start_training(*RUN, f"paths.root={root}", *extra, pause_marker=pause_marker)
 
 
 def finish(process: subprocess.Popen) -> str:

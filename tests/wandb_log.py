@@ -38,29 +38,29 @@ def records(path: Path) -> list[bytes]:
     return out
 
 
-def history(run_folder: Path) -> list[dict]:
-    """Every history row (`wandb.log` call) of the offline run in `run_folder`, values decoded from JSON."""
+def _items(run_folder: Path, record_type: str, field: str) -> list[dict]:
+    """{key: value decoded from JSON} of `field` of each record of `record_type`, in the order written."""
     from wandb.proto import wandb_internal_pb2
 
     (path,) = run_folder.glob("run-*.wandb")
-    rows = []
+    out = []
     for raw in records(path):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
-    return rows
+        if record.WhichOneof("record_type") == record_type:
+            items = getattr(getattr(record, record_type), field)
+            out.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items})
+    return out
+
+
+def history(run_folder: Path) -> list[dict]:
+    """Every history row (`wandb.log` call) of the offline run in `run_folder`."""
+    return _items(run_folder, "history", "item")
 
 
 def summary(run_folder: Path) -> dict:
     """The run's summary (`run.summary.update`), the last value of each key."""
-    from wandb.proto import wandb_internal_pb2
-
-    (path,) = run_folder.glob("run-*.wandb")
     out = {}
-    for raw in records(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "summary":
-            out |= {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.summary.update}
+    for update in _items(run_folder, "summary", "update"):
+        out |= update
     return out
