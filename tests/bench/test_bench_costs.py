@@ -65,8 +65,8 @@ def test_a_run_beside_a_busy_process_is_refused_as_a_result(target_folder, tmp_p
 def test_the_guard_judges_a_drifting_kernel_and_busy_cores():
     quiet = contention.Reading(others_cores=0.0, kernel_s=0.010, load_average=0.1)
     assert not contention.judge(quiet, quiet).contended
-    slower = contention.Reading(others_cores=0.0, kernel_s=0.013, load_average=0.1)
-    assert "1.30x" in contention.judge(quiet, slower).why
+    slower = contention.Reading(others_cores=0.0, kernel_s=0.015, load_average=0.1)
+    assert "1.50x" in contention.judge(quiet, slower).why
     busy = contention.Reading(others_cores=1.0, kernel_s=0.010, load_average=2.0)
     assert "1.00 cores before" in contention.judge(busy, quiet).why
 

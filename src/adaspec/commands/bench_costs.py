@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"[adaspec] bench-costs: no draft at {draft_folder}: timing the target only")
         draft_folder = None
 
+    torch.set_num_threads(max(args.threads))  # the guard's kernel runs at the same threads before and after
     before = contention.read()
     target = load_model(target_folder).eval()
     configurations = [Configuration(f"target/{s.name}/t{t}", Served(copy.deepcopy(target), s), t)
