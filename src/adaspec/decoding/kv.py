@@ -17,8 +17,15 @@ def _cache_kwarg(model_cls: type) -> str:
 
 def forward(model: PreTrainedModel, ids: Tensor, cache: DynamicCache, logits_to_keep: int = 0) -> Tensor:
     """Run ``ids [1, T]`` through ``model`` on top of ``cache`` (which grows by T); logits ``[T', V]``."""
+    return run(model, ids, cache, logits_to_keep).logits[0]
+
+
+def run(model, ids: Tensor, cache: DynamicCache, logits_to_keep: int = 0, output_hidden_states: bool = False):
+    """`forward`'s model output whole (with every layer's hidden states when `output_hidden_states`)."""
     kwargs = {_cache_kwarg(type(model)): cache}
-    return model(input_ids=ids, use_cache=True, logits_to_keep=logits_to_keep, **kwargs).logits[0]
+    if output_hidden_states:
+        kwargs["output_hidden_states"] = True
+    return model(input_ids=ids, use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:

@@ -29,7 +29,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import Cache
 
-from adaspec.decoding.kv import crop_cache, forward
+from adaspec.decoding.kv import crop_cache, forward, run
 from adaspec.errors import UserError
 
 CAPACITY_STEP = 512
@@ -97,8 +97,9 @@ class Served:
         if next(model.parameters()).dtype != serving.torch_dtype:
             model.to(serving.torch_dtype)
         self.widths: list[int] = []  # the compiled step widths, ascending
+        self.feature_widths: list[int] = []  # those of the graphs that also return hidden states
         self._static_caches: dict[int, StaticCache] = {}
-        self.compile_seconds: dict[int, float] = {}
+        self.compile_seconds: dict[int | str, float] = {}  # width, or "<width>+features"
         self._compiled = None
         if serving.compile:
             import torch._dynamo.config
@@ -131,35 +132,60 @@ class Served:
 
     def step(self, ids: Tensor, cache: Cache) -> Tensor:
         """Logits `[T, V]` of `ids [1, T]` on top of `cache`, which grows by T."""
+        return self._step(ids, cache, hidden=False).logits[0, : ids.shape[1]]
+
+    def prefill_with_features(self, ids: Tensor, cache: Cache, layers: list[int]) -> tuple[Tensor, Tensor]:
+        """`prefill`, and the hidden states `layers` (indices into `hidden_states`) of every position of `ids`,
+        concatenated: `[T, len(layers) * H]`, what a draft head reads (`adaspec.drafts.eagle3`)."""
+        out = run(self.model, ids, cache, logits_to_keep=1, output_hidden_states=True)
+        return out.logits[0, -1], _features(out.hidden_states, layers, ids.shape[1])
+
+    def step_with_features(self, ids: Tensor, cache: Cache, layers: list[int]) -> tuple[Tensor, Tensor]:
+        """`step`, and the hidden states `layers` of every position of `ids` (`prefill_with_features`)."""
+        out = self._step(ids, cache, hidden=True)
+        n = ids.shape[1]
+        return out.logits[0, :n], _features(out.hidden_states, layers, n)
+
+    def _step(self, ids: Tensor, cache: Cache, hidden: bool):
         n = ids.shape[1]
         if self._compiled is None:
-            return forward(self.model, ids, cache, logits_to_keep=n)
+            return run(self.model, ids, cache, logits_to_keep=n, output_hidden_states=hidden)
         needed = max(n, self.serving.min_width)
-        width = next((w for w in self.widths if w >= needed), needed)  # a new width compiles at its first call
+        compiled = self.feature_widths if hidden else self.widths
+        width = next((w for w in compiled if w >= needed), needed)  # a new width compiles at its first call
         padded = torch.cat([ids, ids[:, -1:].expand(1, width - n)], dim=1) if width > n else ids
         started = time.perf_counter()
-        logits = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width).logits[0]
-        if width not in self.widths:
-            self.widths = sorted({*self.widths, width})
-            self.compile_seconds[width] = time.perf_counter() - started
+        kwargs = {"output_hidden_states": True} if hidden else {}  # a graph of its own
+        out = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width, **kwargs)
+        if width not in compiled:
+            compiled.append(width)
+            compiled.sort()
+            self.compile_seconds[f"{width}+features" if hidden else width] = time.perf_counter() - started
         if width > n:
             cache.crop(n - width)  # forget the padded positions (a static cache only moves its length back)
-        return logits[:n]
+        return out
 
     def crop(self, cache: Cache, length: int) -> None:
         crop_cache(cache, length)
 
     @torch.inference_mode()
-    def warm_up(self, widths: list[int]) -> dict[int, float]:
+    def warm_up(self, widths: list[int], feature_layers: list[int] | None = None) -> dict[int | str, float]:
         """Compile the steps of `widths` now, between generations (it empties the cache of their capacity);
-        nothing to do when eager. Seconds each compilation took."""
-        for width in sorted({max(w, self.serving.min_width) for w in widths} - set(self.widths)):
+        with `feature_layers`, the steps that also return those hidden states (`step_with_features`).
+        Nothing to do when eager. Seconds each compilation took."""
+        compiled = self.widths if feature_layers is None else self.feature_widths
+        for width in sorted({max(w, self.serving.min_width) for w in widths} - set(compiled)):
             if self._compiled is None:
                 break
             cache = self.new_cache(width + 2)
             self.prefill(torch.zeros(1, 2, dtype=torch.long, device=self.device), cache)
-            self.step(torch.zeros(1, width, dtype=torch.long, device=self.device), cache)
+            ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
+            self.step(ids, cache) if feature_layers is None else self.step_with_features(ids, cache, feature_layers)
         return dict(self.compile_seconds)
+
+
+def _features(hidden_states: tuple[Tensor, ...], layers: list[int], n: int) -> Tensor:
+    return torch.cat([hidden_states[i][0, :n] for i in layers], dim=-1)
 
 
 def as_served(model: PreTrainedModel | Served) -> Served:

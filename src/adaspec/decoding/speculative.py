@@ -106,10 +106,14 @@ def speculative_generate(
     start = time.perf_counter()
     target = as_served(target)
     width = draft.verify_width(target.config.vocab_size)
+    layers = draft.target_layers  # the target's hidden states the draft reads, if any
     target_cache = target.new_cache(input_ids.shape[1] + max_new_tokens + MAX_BLOCK)
-    if input_ids.shape[1] > 1:  # prefill all but the last prompt token; it is fed with the first block
-        target.prefill(input_ids[:, :-1], target_cache)
     session = draft.start(input_ids, width)
+    if input_ids.shape[1] > 1:  # prefill all but the last prompt token; it is fed with the first block
+        if layers:
+            session.read_target(target.prefill_with_features(input_ids[:, :-1], target_cache, layers)[1])
+        else:
+            target.prefill(input_ids[:, :-1], target_cache)
     context = input_ids[0]  # the prompt and every emitted token (target ids)
 
     def block(gamma: int, emitted: int) -> tuple[int, int, list[int]]:
@@ -119,7 +123,11 @@ def speculative_generate(
 
         # 2. The target scores every proposal in one forward over [last context token, d_1..d_n].
         target_ids = torch.cat([context[-1:], proposals]).view(1, -1)
-        target_logits = target.step(target_ids, target_cache)[:, :width]
+        if layers:
+            target_logits, features = target.step_with_features(target_ids, target_cache, layers)
+        else:
+            target_logits, features = target.step(target_ids, target_cache), None
+        target_logits = target_logits[:, :width]
 
         # 3. Accept a prefix of the proposals and take the target's correction or bonus token after it.
         if temperature == 0:
@@ -133,6 +141,8 @@ def speculative_generate(
         kept = context.shape[0] + n
         target.crop(target_cache, kept)
         session.rollback(kept)
+        if features is not None:  # the positions kept: the last context token's and the accepted proposals'
+            session.read_target(features[: n + 1])
         context = torch.cat([context, proposals[:n], next_token.view(1)])
         return len(proposed), n, proposed[:n] + [next_id]
 

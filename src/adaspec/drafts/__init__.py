@@ -1,4 +1,5 @@
-"""Kinds of draft (`Draft`): a small causal LM (`ModelDraft`) and prompt lookup (`PromptLookupDraft`).
+"""Kinds of draft (`Draft`): a small causal LM (`ModelDraft`), prompt lookup (`PromptLookupDraft`) and an
+EAGLE-3 head reading the target's hidden states (`Eagle3Draft`).
 
 `load_draft` opens a trained draft artefact; `build_baseline` makes a training-free draft from its
 config (`conf/baseline/<name>.yaml`, listed in `eval.baselines`)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from adaspec.drafts.base import Draft, DraftSession, GreedyBlocks
+from adaspec.drafts.eagle3 import Eagle3Draft
 from adaspec.drafts.model import ModelDraft
 from adaspec.drafts.prompt_lookup import PromptLookupDraft
 
@@ -21,4 +23,4 @@ def build_baseline(spec: Any) -> Draft:
     return instantiate(spec)
 
 
-__all__ = ["Draft", "DraftSession", "GreedyBlocks", "ModelDraft", "PromptLookupDraft", "build_baseline", "load_draft"]
+__all__ = ["Draft", "DraftSession", "Eagle3Draft", "GreedyBlocks", "ModelDraft", "PromptLookupDraft", "build_baseline", "load_draft"]

@@ -7,7 +7,9 @@ only this interface, so a new kind is one module here plus one config.
 
 Tokens are target ids everywhere outside a draft: a draft that works in ids of its own maps them itself.
 A generation opens a `DraftSession` (its KV cache, or whatever state it keeps): the loop gives it the
-whole context before every block and tells it how much of that context survived verification.
+whole context before every block and tells it how much of that context survived verification. A draft
+that reads the target's hidden states (`target_layers` not empty: `adaspec.drafts.eagle3`) also gets them
+from the target's own prefill and verification forwards (`read_target`): no extra target call.
 """
 
 from __future__ import annotations
@@ -39,10 +41,20 @@ class DraftSession(Protocol):
         ...
 
 
+class TargetReadingSession(DraftSession, Protocol):
+    def read_target(self, features: Tensor) -> None:
+        """The target's hidden states `[n, F]` (its `target_layers`, concatenated) of the next n context
+        positions, after those it has: the prompt's but the last from the prefill, then after each block
+        those of the positions verification kept."""
+        ...
+
+
 class Draft(ABC):
     """One kind of draft. `width` is the number of target logits verification compares (`verify_width`)."""
 
     kind: str  # "model", "prompt_lookup", ...
+    # indices into the target's `hidden_states` the draft reads (`TargetReadingSession`); none for most
+    target_layers: list[int] = []
 
     @abstractmethod
     def verify_width(self, target_vocab_size: int) -> int:

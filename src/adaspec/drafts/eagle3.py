@@ -1,0 +1,193 @@
+"""A draft that is an EAGLE-3 head (`adaspec.models.eagle3.Eagle3Head`) reading the target's hidden states.
+
+Decoding: the loop hands the session the target's features of every position it keeps, from the prefill
+and each verification forward (`read_target`), so the head costs no extra target call. The session's KV
+cache holds only pairs built from the target's features ("real" pairs); the pairs a block builds on the
+head's own outputs are dropped after it, and rebuilt from the target's features once verification has run.
+
+Training: `logits(input_ids)` runs the frozen target for the features (no gradient), then the head over
+every pair, so the stages' losses see logits aligned like a causal LM's (position t predicts token t+1)
+over the draft's support.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
+from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
+from adaspec.models.eagle3 import Eagle3Head, KVCache, shift_features, target_features
+
+
+class Eagle3Draft(Draft):
+    kind = "eagle3"
+
+    def __init__(self, head: Eagle3Head, vocab: DraftVocab | None = None, target: PreTrainedModel | None = None):
+        size = head.config.draft_vocab_size
+        if vocab is None and size != head.config.vocab_size:
+            raise ValueError(f"the head predicts {size} draft ids of {head.config.vocab_size}: give it its DraftVocab")
+        if vocab is not None and vocab.size != size:
+            raise ValueError(f"the id map has {vocab.size} draft ids, the head's output {size}")
+        self.model, self.vocab, self.target = head, vocab, target
+        self.target_layers = list(head.config.target_layers)
+
+    @classmethod
+    def load(cls, folder: str | Path, target: PreTrainedModel | None = None) -> Eagle3Draft:
+        return cls(Eagle3Head.from_pretrained(folder), load_draft_vocab(folder), target)
+
+    # --- what training needs -------------------------------------------------------------------------
+    def features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """The target's features `[B, T, 3H]` of every position (no gradient)."""
+        if self.target is None:
+            raise ValueError("an EAGLE-3 head trains on the target's hidden states: give Eagle3Draft the target")
+        with torch.no_grad():
+            out = self.target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                              logits_to_keep=1)
+        return target_features(out.hidden_states, self.target_layers)
+
+    def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None, features: Tensor | None = None,
+               **_) -> Tensor:
+        """Logits `[B, T, support]`: position t predicts token t+1 from the target's feature of position t-1
+        and the token at t (`features`: the target's, computed here when not given)."""
+        features = self.features(input_ids, attention_mask) if features is None else features
+        projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
+        return self.model(projected, input_ids, attention_mask=attention_mask)[1]
+
+    def unrolled_logits(self, input_ids: Tensor, steps: int, attention_mask: Tensor | None = None,
+                        features: Tensor | None = None) -> list[Tensor]:
+        """`logits` of each pass of EAGLE-3's training-time test (`Eagle3Head.unrolled`): pass k's position
+        t predicts token t+1 as the k-th proposal after a block's first would (its first k positions read
+        no real feature)."""
+        features = self.features(input_ids, attention_mask) if features is None else features
+        projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
+        return self.model.unrolled(projected, input_ids, steps, attention_mask=attention_mask)
+
+    def save_vocab(self, folder: Path) -> None:
+        if self.vocab is not None:
+            self.vocab.save(folder)
+
+    # --- what decoding needs -------------------------------------------------------------------------
+    def verify_width(self, target_vocab_size: int) -> int:
+        if self.vocab is None:
+            return min(target_vocab_size, self.model.config.draft_vocab_size)
+        if target_vocab_size < self.vocab.target_size:
+            raise ValueError(
+                f"the head's id map covers {self.vocab.target_size} target ids, the target has {target_vocab_size}"
+            )
+        return self.vocab.target_size
+
+    def start(self, prompt: Tensor, width: int) -> _Eagle3Session:
+        return _Eagle3Session(self, width)
+
+    def greedy_blocks(self, prompt: Tensor, tokens: list[int], width: int) -> GreedyBlocks:
+        """The target's features of the whole greedy output come from one forward; a block at position p is
+        then the head's own greedy proposals from there, compared with `tokens`."""
+        context = torch.cat([prompt[0], torch.tensor(tokens, device=prompt.device, dtype=prompt.dtype)])
+        session = self.start(prompt, width)
+        session.read_target(self.features(context[:-1].view(1, -1))[0])
+
+        def block(position: int, gamma: int) -> tuple[int, int]:
+            length = prompt.shape[1] + position
+            session.cache.crop(length)  # the features of the whole output stay
+            proposals = session.propose(context[:length], gamma, 0.0, None)[0].tolist()
+            n = 0
+            while n < len(proposals) and position + n < len(tokens) and proposals[n] == tokens[position + n]:
+                n += 1
+            return len(proposals), n
+
+        return block
+
+    def step_seconds(self, prompt: Tensor, width: int, repeats: int = 30) -> float:
+        """One proposal on top of the real pairs of `prompt` but its last (features: zeros, the cost is the same)."""
+        features = torch.zeros(prompt.shape[1] - 1, len(self.target_layers) * self.model.config.hidden_size,
+                               device=prompt.device,
+                               dtype=self.model.fc.weight.dtype)
+
+        def prepare() -> _Eagle3Session:
+            session = self.start(prompt, width)
+            session.read_target(features)
+            session.catch_up(prompt[0], prompt.shape[1] - 1)
+            return session
+
+        return median_seconds(prepare, lambda session: session.propose(prompt[0], 1, 0.0, None), prompt, repeats)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "parameters": sum(p.numel() for p in self.model.trainable_parameters()),
+                "frozen_embedding_parameters": self.model.embed_tokens.weight.numel(),
+                "target_layers": self.target_layers,
+                "draft_vocab_size": None if self.vocab is None else self.vocab.size}
+
+    def to(self, device: torch.device | str) -> Eagle3Draft:
+        self.model.to(device)
+        return self
+
+    def eval(self) -> Eagle3Draft:
+        self.model.eval()
+        return self
+
+
+class _Eagle3Session:
+    """The target's features of the context positions it has read (`features [F, 3H]`) and the head's KV
+    cache of real pairs: pair i is (feature of position i-1, token i); pair 0 reads zeros."""
+
+    def __init__(self, draft: Eagle3Draft, width: int):
+        self.draft, self.head, self.width = draft, draft.model, width
+        self.features: Tensor | None = None
+        self.feature_width = len(draft.target_layers) * self.head.config.hidden_size
+        self.cache = KVCache()
+
+    def read_target(self, features: Tensor) -> None:
+        features = features.to(self.head.fc.weight.dtype)
+        self.features = features if self.features is None else torch.cat([self.features, features])
+
+    def catch_up(self, context: Tensor, pairs: int) -> tuple[Tensor, Tensor]:
+        """Build the real pairs up to `pairs` (exclusive; the last one again if it is built already): the
+        head's output `[H]` and logits `[draft vocab]` of the last."""
+        start = min(len(self.cache), pairs - 1)
+        self.cache.crop(start)
+        have = 0 if self.features is None else self.features.shape[0]
+        if have < pairs - 1:
+            raise RuntimeError(f"the head needs the target's features of {pairs - 1} positions, it has {have}")
+        rows = self.features[max(start - 1, 0) : pairs - 1] if have else None
+        if start == 0:  # pair 0 has no position before it: zeros
+            zero = torch.zeros(1, self.feature_width, device=context.device, dtype=self.head.fc.weight.dtype)
+            rows = zero if rows is None else torch.cat([zero, rows])
+        out, logits = self.head(self.head.project(rows)[None], context[start:pairs][None], self.cache)
+        return out[0, -1], logits[0, -1]
+
+    def propose(self, context: Tensor, gamma: int, temperature: float, generator: torch.Generator | None):
+        length = context.shape[0]
+        support = self.head.config.draft_vocab_size
+        vocab = None if self.draft.vocab is None else self.draft.vocab.to(context.device)
+        out, logits = self.catch_up(context, length)
+        proposals, probs = [], []
+        for i in range(gamma):
+            logits = logits[:support]
+            if temperature == 0:
+                token = logits.argmax(-1, keepdim=True)
+            else:
+                probs.append(torch.softmax(logits.float() / temperature, dim=-1))
+                token = torch.multinomial(probs[-1], 1, generator=generator)
+            token = token if vocab is None else vocab.to_target(token)
+            proposals.append(token)
+            if i + 1 < gamma:  # the head goes on from its own output at the previous position
+                step_out, step_logits = self.head(out.view(1, 1, -1), token.view(1, 1), self.cache)
+                out, logits = step_out[0, -1], step_logits[0, -1]
+        self.cache.crop(length)  # only real pairs stay
+        tokens = torch.cat(proposals) if proposals else context.new_empty(0)
+        if temperature == 0:
+            return tokens, None
+        if not probs:
+            return tokens, torch.zeros(0, self.width, device=context.device)
+        q = torch.stack(probs)  # [n, support]: the full vocabulary when there is no id map
+        return tokens, q if vocab is None else vocab.scatter(q)
+
+    def rollback(self, length: int) -> None:
+        if self.features is not None:
+            self.features = self.features[:length]
+        self.cache.crop(length)

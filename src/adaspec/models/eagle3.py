@@ -1,0 +1,228 @@
+"""An EAGLE-3 draft head (Li et al., 2025; SafeAILab/EAGLE `eagle/traineagle3/cnets.py`), in plain sight.
+
+The head reads the target's hidden states instead of re-encoding the text. Its inputs are pairs: pair i is
+the target's feature of position i-1 (the hidden states of a low, a middle and a high layer, concatenated:
+3H) and the token at position i; its output predicts the token at position i+1, like a causal LM's logits
+at position i. Pair 0 has no feature before it and reads zeros. For each pair:
+
+    feature  = fc([h_low ; h_mid ; h_high])                           3H -> H (the target's features only)
+    x        = [input_layernorm(embed(token)) ; hidden_norm(feature)]  2H
+    out      = feature + attention(x);  out = out + mlp(post_attention_layernorm(out))
+    logits   = lm_head(norm(out))                                      over the draft vocabulary
+
+Decoding proposes the first token from the target's features; every later one from the head's own `out`
+at the previous position, which takes the feature's place (no fc). The token embedding is the target's,
+copied and frozen. Parameter names follow EAGLE's (`fc`, `midlayer.*`, `norm`, `lm_head`, `embed_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import PretrainedConfig, PreTrainedModel
+
+
+class Eagle3Config(PretrainedConfig):
+    model_type = "adaspec_eagle3"
+
+    def __init__(self, hidden_size: int = 64, intermediate_size: int = 128, num_attention_heads: int = 4,
+                 num_key_value_heads: int = 4, head_dim: int | None = None, rms_norm_eps: float = 1e-5,
+                 rope_theta: float = 10000.0, vocab_size: int = 256, draft_vocab_size: int = 256,
+                 target_layers: tuple[int, ...] | list[int] = (1, 1, 1), **kwargs):
+        self.hidden_size, self.intermediate_size = hidden_size, intermediate_size
+        self.num_attention_heads, self.num_key_value_heads = num_attention_heads, num_key_value_heads
+        self.head_dim = head_dim or hidden_size // num_attention_heads
+        self.rms_norm_eps, self.rope_theta = rms_norm_eps, rope_theta
+        self.vocab_size, self.draft_vocab_size = vocab_size, draft_vocab_size
+        self.target_layers = list(target_layers)  # indices into the target's `hidden_states` (0: embeddings)
+        super().__init__(**kwargs)
+
+
+def eagle3_layers(num_hidden_layers: int) -> list[int]:
+    """EAGLE-3's choice: the inputs of layers 2, N/2 and N-3 (`hidden_states[i]` is the input of layer i),
+    kept inside 1..N for small targets."""
+    n = num_hidden_layers
+    return sorted(min(max(i, 1), n) for i in (2, n // 2, n - 3))
+
+
+def config_for_target(target: PretrainedConfig, draft_vocab_size: int, layers: list[int] | None = None) -> Eagle3Config:
+    """One decoder layer at the target's width, heads and MLP size; its output head over `draft_vocab_size`."""
+    return Eagle3Config(
+        hidden_size=target.hidden_size, intermediate_size=target.intermediate_size,
+        num_attention_heads=target.num_attention_heads,
+        num_key_value_heads=getattr(target, "num_key_value_heads", None) or target.num_attention_heads,
+        head_dim=getattr(target, "head_dim", None), rms_norm_eps=getattr(target, "rms_norm_eps", 1e-5),
+        rope_theta=_rope_theta(target), vocab_size=target.vocab_size, draft_vocab_size=draft_vocab_size,
+        target_layers=layers or eagle3_layers(target.num_hidden_layers),
+    )
+
+
+def _rope_theta(config: PretrainedConfig) -> float:
+    rope = getattr(config, "rope_parameters", None) or {}
+    return float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+
+
+class KVCache:
+    """The head's keys and values `[1, kv_heads, pairs, head_dim]`; cropping is slicing."""
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
+        self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
+        return self.k, self.v
+
+    def crop(self, length: int) -> None:
+        if self.k is not None and length < len(self):
+            self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Llama attention whose queries, keys and values read the 2H-wide pair and whose output is H wide."""
+
+    def __init__(self, config: Eagle3Config):
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.heads, self.kv_heads, self.head_dim = config.num_attention_heads, config.num_key_value_heads, d
+        self.q_proj = nn.Linear(2 * h, self.heads * d, bias=False)
+        self.k_proj = nn.Linear(2 * h, self.kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(2 * h, self.kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.heads * d, h, bias=False)
+        self.rope_theta = config.rope_theta  # frequencies computed per call: a buffer would load as garbage
+
+    def forward(self, x: Tensor, positions: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        d = self.head_dim
+        inv_freq = 1.0 / self.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+        angles = positions.float()[:, None] * inv_freq[None, :]
+        cos, sin = torch.cat([angles.cos()] * 2, -1).to(q.dtype), torch.cat([angles.sin()] * 2, -1).to(q.dtype)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: Eagle3Config):
+        super().__init__()
+        h, i = config.hidden_size, config.intermediate_size
+        self.gate_proj, self.up_proj = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Eagle3Config):
+        super().__init__()
+        h, eps = config.hidden_size, config.rms_norm_eps
+        self.hidden_norm, self.input_layernorm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
+        self.self_attn, self.mlp = Attention(config), MLP(config)
+        self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
+
+    def forward(self, embeds: Tensor, features: Tensor, positions: Tensor, mask: Tensor,
+                cache: KVCache | None) -> Tensor:
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(features)], dim=-1)
+        out = features + self.self_attn(x, positions, mask, cache)
+        return out + self.mlp(self.post_attention_layernorm(out))
+
+
+class Eagle3Head(PreTrainedModel):
+    config_class = Eagle3Config
+    base_model_prefix = "eagle3"
+    _no_split_modules = ["DecoderLayer"]
+
+    def __init__(self, config: Eagle3Config):
+        super().__init__(config)
+        h = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, h)
+        self.embed_tokens.weight.requires_grad_(False)  # the target's, frozen (`from_target`)
+        self.fc = nn.Linear(len(config.target_layers) * h, h, bias=False)
+        self.midlayer = DecoderLayer(config)
+        self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=1 / math.sqrt(module.in_features))
+        elif isinstance(module, nn.RMSNorm):
+            nn.init.ones_(module.weight)
+
+    @classmethod
+    def from_target(cls, target: PreTrainedModel, draft_vocab_size: int, layers: list[int] | None = None) -> Eagle3Head:
+        head = cls(config_for_target(target.config, draft_vocab_size, layers))
+        head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight.detach().float())
+        return head.to(next(target.parameters()).dtype)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def project(self, target_features: Tensor) -> Tensor:
+        """The target's concatenated hidden states `[..., 3H]` as head features `[..., H]`."""
+        return self.fc(target_features)
+
+    def forward(self, features: Tensor, input_ids: Tensor, cache: KVCache | None = None,
+                attention_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """(out `[B, T, H]`, logits `[B, T, draft vocab]`) of the pairs (`features [B, T, H]`, already
+        projected or the head's own outputs; `input_ids [B, T]` target ids) at the positions after `cache`.
+        `attention_mask [B, T]` (1: a real token) masks padded keys when training without a cache."""
+        start, t = (len(cache) if cache is not None else 0), input_ids.shape[1]
+        positions = torch.arange(start, start + t, device=input_ids.device)
+        keys = torch.arange(start + t, device=input_ids.device)
+        mask = (keys[None, :] <= positions[:, None])[None, None]  # [1, 1, T, start + T]: causal
+        if attention_mask is not None:  # padded keys are hidden; a padded row still sees itself (no NaN)
+            mask = (mask & attention_mask.bool()[:, None, None, :]) | (keys[None, :] == positions[:, None])
+        out = self.midlayer(self.embed_tokens(input_ids), features, positions, mask, cache)
+        return out, self.lm_head(self.norm(out))
+
+
+    def unrolled(self, features: Tensor, input_ids: Tensor, steps: int,
+                 attention_mask: Tensor | None = None) -> list[Tensor]:
+        """EAGLE-3's training-time test: logits `[B, T, draft vocab]` of `steps` passes over every pair. Pass 0
+        reads `features` (projected); pass k reads the head's own output of pass k-1 at the position before,
+        as decoding's k-th proposal after a block's start does. Its pair at position j attends to pass 0's
+        pairs up to j-k and to pass m's pair at j-(k-m) (1 <= m <= k): the keys a proposal sees at decoding."""
+        t = input_ids.shape[1]
+        positions = torch.arange(t, device=input_ids.device)
+        embeds, cache, logits = self.embed_tokens(input_ids), KVCache(), []
+        keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        for k in range(steps):
+            blocks = [positions[None, :] <= positions[:, None] - k]  # pass 0: causal, k positions back
+            blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
+            masks = [b[None, None] if keep is None else b[None, None] & keep for b in blocks]
+            mask = torch.cat(masks, dim=-1)
+            mask[..., -t:] |= torch.eye(t, dtype=torch.bool, device=mask.device)  # a padded row sees itself
+            out = self.midlayer(embeds, features, positions, mask, cache)
+            logits.append(self.lm_head(self.norm(out)))
+            features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+        return logits
+
+
+def target_features(outputs_hidden_states: tuple[Tensor, ...], layers: list[int]) -> Tensor:
+    """The head's input from a target forward run with `output_hidden_states=True`: `[..., T, 3H]`."""
+    return torch.cat([outputs_hidden_states[i] for i in layers], dim=-1)
+
+
+def shift_features(features: Tensor) -> Tensor:
+    """Pair i reads the feature of position i-1: `[B, T, F]` shifted right by one, zeros first."""
+    return torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)

@@ -1,0 +1,230 @@
+"""The EAGLE-3 head as a draft: the target's hidden states reach it from the prefill and the verification
+forwards, decoding stays exact (greedy and sampling), the decoding path computes what training computes,
+the replay walks the real loop's blocks, and a few hundred steps of KL training make the target accept it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from adaspec.decoding import FixedGamma, speculative_generate, target_generate
+from adaspec.decoding.serving import Served, Serving
+from adaspec.drafts.eagle3 import Eagle3Draft
+from adaspec.evaluation.replay import replay
+from adaspec.models.draft_vocab import DraftVocab
+from adaspec.models.eagle3 import Eagle3Head, eagle3_layers
+from tests.decoding.test_speculative import P_THRESHOLD, SAMPLING_V, chi2_pvalue, exact_two_token_distribution
+
+V = 64
+
+
+def tiny_llama(seed: int, vocab: int = V, layers: int = 4, init_std: float = 0.1,
+               dtype: torch.dtype = torch.float64) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         initializer_range=init_std, tie_word_embeddings=False)
+    return LlamaForCausalLM(config).eval().to(dtype)
+
+
+def prompt(seed: int, length: int = 6) -> torch.Tensor:
+    return torch.randint(0, V, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module")
+def target():
+    """A target a one-layer head can learn from a few sequences: its layers after the first write nothing
+    to the residual stream, and its output head is sharpened (a random tiny model is too flat to imitate)."""
+    model = tiny_llama(0)
+    with torch.no_grad():
+        for layer in model.model.layers[1:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.lm_head.weight.mul_(3)
+    return model
+
+
+def kl_step(draft: Eagle3Draft, target, ids: torch.Tensor, optimizer) -> float:
+    """One step of forward KL(target || head) on every position of `ids`."""
+    with torch.no_grad():
+        p = torch.log_softmax(target(ids).logits, -1)
+    q = torch.log_softmax(draft.logits(ids), -1)
+    loss = torch.nn.functional.kl_div(q, p, log_target=True, reduction="none").sum(-1).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+@pytest.fixture(scope="module")
+def trained(target):
+    """(head trained for 200 steps on 64 of the target's own greedy continuations of other prompts, its losses)."""
+    torch.manual_seed(1)
+    draft = Eagle3Draft(Eagle3Head.from_target(target, V), target=target)
+    texts = [torch.cat([prompt(100 + i)[0], torch.tensor(
+        target_generate(target, prompt(100 + i), max_new_tokens=26, eos_token_id=None).tokens)]) for i in range(64)]
+    data = torch.stack(texts)
+    optimizer = torch.optim.AdamW(draft.model.trainable_parameters(), lr=3e-3)
+    draft.model.train()
+    losses = [kl_step(draft, target, data[torch.randperm(64)[:8]], optimizer) for _ in range(200)]
+    return draft.eval(), losses
+
+
+def test_the_head_reads_the_layers_eagle3_reads_and_keeps_the_targets_embedding_frozen(target):
+    assert eagle3_layers(30) == [2, 15, 27] and eagle3_layers(2) == [1, 1, 2]
+    head = Eagle3Head.from_target(target, V)
+    assert head.config.target_layers == [1, 2, 2]  # 4 layers: inputs of layer 2 and the output of layer 1
+    assert torch.equal(head.embed_tokens.weight, target.get_input_embeddings().weight)
+    assert not head.embed_tokens.weight.requires_grad
+    assert head.fc.weight.shape == (32, 3 * 32) and head.midlayer.self_attn.q_proj.weight.shape == (32, 64)
+    assert head.midlayer.self_attn.k_proj.weight.shape == (16, 64)  # 2 key-value heads of 8
+
+
+def test_the_targets_features_from_its_cached_steps_equal_a_whole_forward(target):
+    ids, layers = prompt(3, 10), [1, 2, 4]
+    served = Served(target, Serving("float64"))
+    cache = served.new_cache(16)
+    _, first = served.prefill_with_features(ids[:, :6], cache, layers)
+    _, rest = served.step_with_features(ids[:, 6:], cache, layers)
+    whole = target(ids, output_hidden_states=True).hidden_states
+    expected = torch.cat([whole[i][0] for i in layers], -1)
+    torch.testing.assert_close(torch.cat([first, rest]), expected)
+
+
+def test_decoding_computes_what_training_computes(trained, target):
+    """The session's incremental proposals (real pairs from the target's features, then the head's own
+    outputs) equal the head run over the whole sequence at once."""
+    draft, _ = trained
+    ids = prompt(5, 9)
+    session = draft.start(ids, V)
+    session.read_target(draft.features(ids[:, :-1])[0])
+    proposals, _ = session.propose(ids[0], 3, 0.0, None)
+    assert len(session.cache) == ids.shape[1]  # only the real pairs stay in the cache
+    whole = draft.logits(ids)
+    assert proposals[0] == whole[0, -1].argmax()
+    # the second proposal: the pair after the last reads the head's own output there, not a target feature
+    features = draft.model.project(torch.cat([torch.zeros(1, 1, 96, dtype=torch.float64),
+                                              draft.features(ids)[:, :-1]], 1))
+    out, _ = draft.model(features, ids)
+    _, logits = draft.model(torch.cat([features, out[:, -1:]], 1), torch.cat([ids, proposals[:1].view(1, 1)], 1))
+    assert proposals[1] == logits[0, -1].argmax()
+
+
+def test_the_training_time_test_computes_each_proposal_of_a_block(trained):
+    """Pass k of the unrolled head at position L+k-1 equals decoding's (k+1)-th proposal from context L."""
+    draft, _ = trained
+    ids = prompt(5, 9)
+    session = draft.start(ids, V)
+    session.read_target(draft.features(ids[:, :-1])[0])
+    proposals, _ = session.propose(ids[0], 3, 0.0, None)
+    sequence = torch.cat([ids[0], proposals[:2]]).view(1, -1)
+    passes = draft.unrolled_logits(sequence, 3)
+    assert [int(passes[k][0, 8 + k].argmax()) for k in range(3)] == proposals.tolist()
+
+
+def test_kl_training_lowers_the_loss_and_the_target_accepts_the_head(trained, target):
+    draft, losses = trained
+    assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
+    untrained = Eagle3Draft(Eagle3Head.from_target(target, V))
+    alphas = []
+    for d in (untrained, draft):
+        results = [speculative_generate(target, d, prompt(s), gamma_policy=FixedGamma(3), max_new_tokens=24,
+                                        eos_token_id=None) for s in range(4)]
+        blocks = [b for r in results for b in r.blocks]
+        alphas.append(sum(b.accepted for b in blocks) / sum(b.proposed for b in blocks))
+    assert alphas[1] > alphas[0] + 0.15  # measured: 0.29 against 0.00 at gamma 3 on held-out prompts
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 5])
+def test_greedy_output_equals_the_targets(trained, target, gamma):
+    draft, _ = trained
+    for seed in range(3):
+        ids = prompt(seed)
+        ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(gamma), max_new_tokens=20,
+                                   eos_token_id=None)
+        assert out.tokens == ref.tokens
+        assert out.target_calls < len(ref.tokens) or gamma == 1
+
+
+def test_a_head_over_a_reduced_vocabulary_decodes_exactly(target):
+    vocab = DraftVocab(torch.arange(0, V, 2), target_size=V, fallback_target_id=0)
+    draft = Eagle3Draft(Eagle3Head.from_target(target, vocab.size), vocab)
+    for seed in range(2):
+        ids = prompt(seed)
+        ref = target_generate(target, ids, max_new_tokens=16, eos_token_id=None)
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                   eos_token_id=None)
+        assert out.tokens == ref.tokens
+    with pytest.raises(ValueError, match="DraftVocab"):
+        Eagle3Draft(Eagle3Head.from_target(target, vocab.size))
+
+
+def test_sampling_is_distributed_as_the_target():
+    target = tiny_llama(10, vocab=SAMPLING_V, init_std=0.2)
+    torch.manual_seed(2)
+    head = Eagle3Head.from_target(target, SAMPLING_V)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(8)  # a peaked head that disagrees with the target
+    draft = Eagle3Draft(head)
+    prompt_ids, temperature = torch.tensor([[3]]), 0.7
+    exact = exact_two_token_distribution(target, prompt_ids, temperature)
+    gen = torch.Generator().manual_seed(0)
+    samples = np.array([
+        (lambda t: t[0] * SAMPLING_V + t[1])(speculative_generate(
+            target, draft, prompt_ids, gamma_policy=FixedGamma(2), max_new_tokens=3, eos_token_id=None,
+            temperature=temperature, generator=gen).tokens)
+        for _ in range(1000)])
+    assert chi2_pvalue(samples, exact) > P_THRESHOLD
+
+
+@pytest.mark.parametrize("gamma", [2, 4])
+def test_the_replay_walks_the_real_loops_blocks(trained, target, gamma):
+    draft, _ = trained
+    for seed in (1, 2):
+        ids = prompt(seed)
+        ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
+        real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(gamma), max_new_tokens=20,
+                                    eos_token_id=None)
+        blocks = draft.greedy_blocks(ids, ref.tokens, V)
+        got = replay(ref.tokens, blocks, policy=FixedGamma(gamma), prompt_len=ids.shape[1], max_new_tokens=20,
+                     eos_token_id=None)
+        assert got.blocks == real.blocks
+        accepted = sum(b.accepted for b in real.blocks)
+        assert 0 < accepted < sum(b.proposed for b in real.blocks)  # blocks both accepted and rejected
+
+
+def test_a_saved_head_loads_with_its_map_and_computes_the_same(trained, target, tmp_path):
+    draft, _ = trained
+    draft.model.save_pretrained(tmp_path)
+    loaded = Eagle3Draft.load(tmp_path, target=target)
+    ids = prompt(7, 12)
+    torch.testing.assert_close(loaded.logits(ids), draft.logits(ids))
+    assert loaded.describe()["target_layers"] == [1, 2, 2]
+
+
+def test_the_cost_of_one_proposal_is_measured(trained):
+    draft, _ = trained
+    assert 0 < draft.step_seconds(prompt(1, 20), V, repeats=3) < 1
+
+
+def test_a_compiled_target_hands_the_head_its_features_from_a_graph_of_their_own(trained, target):
+    """float32-compiled: the verification graphs that return hidden states are compiled beside the plain
+    ones (`feature_widths`), warmed before timing, and the output is the eager target's greedy output."""
+    import copy
+
+    draft, _ = trained
+    head32 = Eagle3Draft(copy.deepcopy(draft.model).float())
+    compiled = Served(copy.deepcopy(target), Serving.parse("float32-compiled"))
+    seconds = compiled.warm_up([4], feature_layers=head32.target_layers)
+    assert set(seconds) == {"4+features"} and compiled.feature_widths == [4] and compiled.widths == []
+    eager = copy.deepcopy(target).float()
+    for seed in range(2):
+        ids = prompt(seed)
+        reference = target_generate(eager, ids, max_new_tokens=16, eos_token_id=None).tokens
+        out = speculative_generate(compiled, head32, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                   eos_token_id=None)
+        assert out.tokens == reference
+    assert compiled.feature_widths == [4]  # every verification padded to the warmed width
