@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaspec.config import Config
 from adaspec.config_identity import fingerprint_of, identity
-from adaspec.drafts.model import ModelDraft
+from adaspec.drafts.base import Draft
 from adaspec.errors import UserError
 
 META = "meta.json"
@@ -147,10 +147,10 @@ def save_artefact(
     upstream: dict[str, str] | None = None,
     state_dict: dict | None = None,
 ) -> None:
-    """`model`: a Hugging Face model, or a draft (`adaspec.drafts.ModelDraft`), whose id map is saved beside
+    """`model`: a Hugging Face model, or a trained draft (`ModelDraft`, `Eagle3Draft`), whose id map is saved beside
     its weights as part of its identity. `state_dict`: the model's full weights where a sharding strategy
     keeps only a shard in `model`."""
-    draft = model if isinstance(model, ModelDraft) else None
+    draft = model if isinstance(model, Draft) else None
     weights = draft.model if draft is not None else model
 
     def fill(folder: Path) -> None:

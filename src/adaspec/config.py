@@ -108,6 +108,13 @@ class DraftInit(StrEnum):
     target_layers = "target_layers"  # the target's embedding, first model.draft.num_hidden_layers layers, head
 
 
+class DraftKind(StrEnum):
+    """What a draft is (adaspec.drafts): a small causal LM, or an EAGLE-3 head reading the target's hidden states."""
+
+    model = "model"
+    eagle3 = "eagle3"
+
+
 class AttnImplementation(StrEnum):
     auto = "auto"
     sdpa = "sdpa"
@@ -250,6 +257,9 @@ class ModelConfig:
     # > 0: the draft's embedding and head cover only the N most frequent target tokens of the training split
     # (adaspec.models.draft_vocab, saved as draft_vocab.json with every draft); 0: the full vocabulary
     draft_vocab_size: int = counted(0, when=_draft_build_key("draft_vocab_size", 0))
+    # eagle3: the draft is one decoder layer at the target's width over its hidden states (adaspec.models.eagle3),
+    # not built from `draft`; model.draft_vocab_size still sets its output vocabulary
+    draft_kind: DraftKind = counted(DraftKind.model, when=_draft_build_key("draft_kind", "model"))
 
 
 @dataclass

@@ -15,6 +15,7 @@ from adaspec.config import (
     Corpus,
     DistillData,
     DraftInit,
+    DraftKind,
     ModelSource,
     PretrainObjective,
     StageName,
@@ -169,6 +170,17 @@ def _validate_draft_build(cfg: DictConfig) -> None:
         True,
         "needs the full draft vocabulary: set task.domain.operator_embedding=false or model.draft_vocab_size=0",
     )
+    if model.draft_kind == DraftKind.eagle3:
+        _check(cfg.pretrain.corpus == Corpus.none, "pretrain", cfg.pretrain.corpus,
+               "stage 0 trains an independent draft; an EAGLE-3 head starts from the target: use pretrain=none")
+        _check(not model.draft_path, "model.draft_path", model.draft_path,
+               "an EAGLE-3 head is built from the target: set model.draft_path=null")
+        _check(str(cfg.distill.data) in ("dataset", "target"), "distill.data", cfg.distill.data,
+               "an EAGLE-3 head does not sample continuations on its own: use distill.data=dataset or target")
+        _check(not cfg.task.domain.operator_embedding, "task.domain.operator_embedding", True,
+               "an EAGLE-3 head keeps the target's embedding: set task.domain.operator_embedding=false")
+        _check(not cfg.distill.cache_ref_kl, "distill.cache_ref_kl", True,
+               "the reference head reads the target's hidden states, which the teacher cache lacks: set it false")
 
 
 def _validate_pretrain(cfg: DictConfig) -> None:

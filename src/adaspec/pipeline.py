@@ -28,7 +28,7 @@ from adaspec.data.tasks import load_task
 from adaspec.distill.budget import apply_token_budget
 from adaspec.distributed import is_global_zero, say
 from adaspec.errors import UserError
-from adaspec.models.build import enable_gradient_checkpointing, n_params
+from adaspec.models.build import enable_gradient_checkpointing, n_trainable
 from adaspec.models.vocab import check_stage_vocabularies
 from adaspec.stage_specs import Data, pretrain_stage_config, stage_dir, stage_of, stage_seed
 from adaspec.stages import stage_module
@@ -126,7 +126,7 @@ def run_stage(cfg: DictConfig) -> Path:
     )
     ckpt_path = str(last) if resuming else None
     say(
-        f"[adaspec] {stage}: training {n_params(module.student) / 1e6:.2f}M parameters for {steps} steps "
+        f"[adaspec] {stage}: training {n_trainable(module.student) / 1e6:.2f}M parameters for {steps} steps "
         f"on {len(data.train_set)} examples -> {paths.final(folder)}"
         + (f" (resuming {last})" if ckpt_path else "")
     )
@@ -162,7 +162,7 @@ def run_stage(cfg: DictConfig) -> Path:
         "steps": trainer.global_step,
         "train_seconds": round(train_seconds, 2),
         "peak_memory_mb": round(peak_memory_mb(), 1),
-        "parameters": n_params(module.student),
+        "parameters": n_trainable(module.student),
         **{f"corpus/{name}": value for name, value in corpus.items()},
         **{name: value for cb in stopping for name, value in cb.summary().items()},
     }

@@ -77,7 +77,7 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     cfg = checked_config(*base, "stage=draft", f"k={k}")
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
     target = load_model(paths.final(paths.target_dir(cfg))).eval()
-    draft = load_draft(paths.final(paths.draft_dir(cfg, k))).eval()
+    draft = load_draft(paths.final(paths.draft_dir(cfg, k)), target=target).eval()
     baselines = {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     examples = load_task(cfg.task)["test"][:n_prompts]
     prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples])

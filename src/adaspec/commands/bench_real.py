@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise UserError(f"--draft-dtype: expected one of {sorted(DTYPES)}, got {draft_dtype!r}")
     drafts = {}
     if draft_folder is not None:
-        drafts["trained"] = load_draft(draft_folder).eval()
+        drafts["trained"] = load_draft(draft_folder, target=model).eval()
         drafts["trained"].model.to(DTYPES[draft_dtype])
     drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format

@@ -6,14 +6,24 @@ config (`conf/baseline/<name>.yaml`, listed in `eval.baselines`)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from adaspec.drafts.base import Draft, DraftSession, GreedyBlocks
 from adaspec.drafts.eagle3 import Eagle3Draft
 from adaspec.drafts.model import ModelDraft
 from adaspec.drafts.prompt_lookup import PromptLookupDraft
+from adaspec.models.eagle3 import Eagle3Config
 
-load_draft = ModelDraft.load
+
+def load_draft(folder: str | Path, attn_implementation: str = "auto", target=None, **kwargs) -> ModelDraft | Eagle3Draft:
+    """A saved draft artefact of either trained kind, told apart by its config's `model_type`. An EAGLE-3 head
+    reads `target` (the target model) to train and to replay greedy blocks; decoding hands it the features."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    if config.get("model_type") == Eagle3Config.model_type:
+        return Eagle3Draft.load(folder, target, dtype=kwargs.get("dtype"))
+    return ModelDraft.load(folder, attn_implementation, **kwargs)
 
 
 def build_baseline(spec: Any) -> Draft:

@@ -83,8 +83,9 @@ class Draft(ABC):
         timing it)."""
         return None
 
-    def int8(self, device: torch.device) -> Draft | None:
-        """An int8 copy for `decode.draft_quant=int8`, or None for a draft without weights to quantise."""
+    def int8(self, device: torch.device, folder: Any = None, attn_implementation: str = "auto") -> Draft | None:
+        """An int8 copy for `decode.draft_quant=int8` (on a GPU loaded from the artefact `folder`), or None for a
+        draft that has none."""
         return None
 
     def describe(self) -> dict[str, Any]:

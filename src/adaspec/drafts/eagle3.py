@@ -23,6 +23,8 @@ from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.eagle3 import Eagle3Head, KVCache, shift_features, target_features
 
+_last_features: dict[int, tuple] = {}  # id(target) -> (input_ids, attention_mask, layers, features)
+
 
 class Eagle3Draft(Draft):
     kind = "eagle3"
@@ -37,18 +39,27 @@ class Eagle3Draft(Draft):
         self.target_layers = list(head.config.target_layers)
 
     @classmethod
-    def load(cls, folder: str | Path, target: PreTrainedModel | None = None) -> Eagle3Draft:
-        return cls(Eagle3Head.from_pretrained(folder), load_draft_vocab(folder), target)
+    def load(cls, folder: str | Path, target: PreTrainedModel | None = None, dtype: torch.dtype | None = None
+             ) -> Eagle3Draft:
+        head = Eagle3Head.from_pretrained(folder, **({"dtype": dtype} if dtype is not None else {}))
+        return cls(head, load_draft_vocab(folder), target)
 
     # --- what training needs -------------------------------------------------------------------------
     def features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """The target's features `[B, T, 3H]` of every position (no gradient)."""
+        """The target's features `[B, T, 3H]` of every position (no gradient). The last batch's are kept, so
+        the student and the reference of stage 3 (which share `target`) run the target once per batch."""
         if self.target is None:
             raise ValueError("an EAGLE-3 head trains on the target's hidden states: give Eagle3Draft the target")
+        memo = _last_features.get(id(self.target))
+        if memo is not None and memo[0] is input_ids and memo[1] is attention_mask and memo[2] == self.target_layers:
+            return memo[3]
         with torch.no_grad():
             out = self.target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                               logits_to_keep=1)
-        return target_features(out.hidden_states, self.target_layers)
+        features = target_features(out.hidden_states, self.target_layers)
+        _last_features.clear()  # holding the tensors keeps their ids from being reused while memoised
+        _last_features[id(self.target)] = (input_ids, attention_mask, self.target_layers, features)
+        return features
 
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None, features: Tensor | None = None,
                **_) -> Tensor:

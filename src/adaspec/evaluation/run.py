@@ -311,25 +311,28 @@ BASELINE_LABELS = {"prompt_lookup": "prompt lookup"}
 
 
 def trained_entries(
-    cfg: DictConfig, draft_paths: list[tuple[float, str, Path]], device: torch.device
+    cfg: DictConfig, draft_paths: list[tuple[float, str, Path]], device: torch.device, target=None
 ) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
     """The trained drafts (and their int8 copies with `decode.draft_quant=int8`) as benchmark entries, and
-    what results.json records about each."""
+    what results.json records about each. `target`: the model an EAGLE-3 head's replay reads."""
     attn = cfg.model.attn_implementation
     entries: list[Entry] = []
     info: dict[str, dict[str, Any]] = {}
     for k, tag, path in draft_paths:
-        draft = load_draft(path, attn).to(device).eval()
+        draft = load_draft(path, attn, target=target).to(device).eval()
         draft.model.to(DTYPES[str(cfg.decode.draft_dtype)])
         if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
-            print(
-                f"[adaspec] evaluate: {draft_name(k, tag=tag)} has a reduced vocabulary "
-                f"({draft.describe()['draft_vocab_size']} tokens); HF assisted generation cannot map its ids, "
-                f"not compared"
-            )
+            why = ("is an EAGLE-3 head, which HF assisted generation cannot run" if draft.kind == "eagle3" else
+                   f"has a reduced vocabulary ({draft.describe()['draft_vocab_size']} tokens); HF assisted "
+                   f"generation cannot map its ids")
+            print(f"[adaspec] evaluate: {draft_name(k, tag=tag)} {why}, not compared")
         variants = [("none", draft)]
         if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
-            variants.append(("int8", draft.int8(device, path, attn)))
+            quantised = draft.int8(device, path, attn)
+            if quantised is None:
+                print(f"[adaspec] evaluate: no int8 copy of {draft_name(k, tag=tag)} (a {draft.kind} draft)")
+            else:
+                variants.append(("int8", quantised))
         for quant, variant in variants:
             name = draft_name(k, quant, tag)
             entries.append(Entry(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
@@ -372,7 +375,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     target_only = {other.name: Served(copy.deepcopy(model), other) for other in sorted(others, key=str)}
     target = Served(model, serving)
 
-    drafts, draft_info = trained_entries(cfg, draft_paths, device)
+    drafts, draft_info = trained_entries(cfg, draft_paths, device, target=model)
     for name, spec in cfg.baseline.items():  # training-free drafts: a row each, beside the trained ones
         baseline = build_baseline(spec)
         drafts.append(Entry(name, baseline, compare_hf=cfg.eval.compare_hf_assisted))

@@ -132,3 +132,8 @@ def freeze(model: PreTrainedModel) -> PreTrainedModel:
 
 def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def n_trainable(model: torch.nn.Module) -> int:
+    """The parameters training updates (an EAGLE-3 head's embedding is the target's, frozen)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -169,6 +169,12 @@ class Eagle3Head(PreTrainedModel):
             nn.init.ones_(module.weight)
 
     @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> Eagle3Head:
+        head = super().from_pretrained(*args, **kwargs)
+        head.embed_tokens.weight.requires_grad_(False)  # loading makes every parameter trainable again
+        return head
+
+    @classmethod
     def from_target(cls, target: PreTrainedModel, draft_vocab_size: int, layers: list[int] | None = None) -> Eagle3Head:
         head = cls(config_for_target(target.config, draft_vocab_size, layers))
         head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight.detach().float())

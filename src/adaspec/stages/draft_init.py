@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -20,10 +21,11 @@ from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distributed import is_global_zero, wait_for
-from adaspec.drafts import ModelDraft, load_draft
+from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.errors import UserError
 from adaspec.models.build import load_model, n_params, pretrained_tokenizer, resize_embeddings, scratch_model
 from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_draft_vocab
+from adaspec.models.eagle3 import Eagle3Head
 from adaspec.models.fetch import resolve_pretrained
 from adaspec.models.init_from_target import init_draft
 from adaspec.models.vocab import vocabulary_mismatch
@@ -59,7 +61,8 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
 
 def init_settings(cfg: DictConfig) -> dict[str, str | int]:
     """What decides a draft initialisation besides model.draft (recorded in its metrics.json)."""
-    return {"draft_init": str(cfg.model.draft_init), "draft_vocab_size": int(cfg.model.draft_vocab_size)}
+    return {"draft_init": str(cfg.model.draft_init), "draft_vocab_size": int(cfg.model.draft_vocab_size),
+            "draft_kind": str(cfg.model.draft_kind)}
 
 
 def check_init_source(cfg: DictConfig, folder: Path) -> None:
@@ -83,7 +86,7 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
     (earlier artefacts without the record were made with the defaults)."""
     recorded = read_metrics(folder)
     for key, wanted in init_settings(cfg).items():
-        made = recorded.get(key, {"draft_init": "random", "draft_vocab_size": 0}[key])
+        made = recorded.get(key, {"draft_init": "random", "draft_vocab_size": 0, "draft_kind": "model"}[key])
         if made != wanted:
             raise UserError(
                 f"the draft initialisation {folder} was made with model.{key}={made}, not {wanted}: delete "
@@ -94,10 +97,12 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
 
 def initial_draft(
     cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, from_stage0: bool = True
-) -> tuple[ModelDraft, dict[str, str]]:
+) -> tuple[ModelDraft | Eagle3Draft, dict[str, str]]:
     """(the initial draft, with its id map when its vocabulary is reduced, upstream hashes).
     `from_stage0`: stage 0's draft when stage 0 runs (False: what stage 0 itself starts from)."""
     reduce = cfg.model.draft_vocab_size > 0
+    if cfg.model.draft_kind == "eagle3":
+        return eagle3_from_target(cfg, tokenizer)
     if cfg.model.source == "pretrained" and cfg.model.draft_path:
         model, upstream = pretrained_draft(cfg, tokenizer), {}
     elif from_stage0 and uses_pretrain(cfg):  # stage 0's draft for this seed
@@ -154,6 +159,18 @@ def training_vocab(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, target_s
     train = load_task(cfg.task)["train"]
     encoded = encode_all(tokenizer, train, cfg.task.max_length, prompt_format=cfg.task.prompt_format)
     return build_draft_vocab((e.input_ids for e in encoded), tokenizer, cfg.model.draft_vocab_size, target_size)
+
+
+def eagle3_from_target(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[Eagle3Draft, dict[str, str]]:
+    """An EAGLE-3 head at the target artefact's width, its embedding the target's (frozen), its output over
+    the model.draft_vocab_size most frequent training tokens (0: the target's vocabulary)."""
+    target_folder = paths.final(paths.target_dir(cfg))
+    target = load_model(target_folder, cfg.model.attn_implementation).eval()
+    size = target.config.vocab_size
+    vocab = training_vocab(cfg, tokenizer, size) if cfg.model.draft_vocab_size > 0 else None
+    torch.manual_seed(cfg.seed)
+    head = Eagle3Head.from_target(target, size if vocab is None else vocab.size)
+    return Eagle3Draft(head, vocab), {"target": read_meta(target_folder)["weights"]}
 
 
 def draft_from_target(

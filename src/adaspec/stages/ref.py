@@ -23,7 +23,7 @@ from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
-from adaspec.drafts import ModelDraft, load_draft
+from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.teachers import cached_teacher, for_draft, frozen_artefact
@@ -132,13 +132,17 @@ class ReferenceDistill(StageModule):
 
 def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
     """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
-    target is loaded only for the acceptance monitor, which decodes with it. The student starts from the
+    target is loaded only for the acceptance monitor, which decodes with it, and for an EAGLE-3 head. The student starts from the
     seed's draft initialisation (a `ModelDraft`, with its id map when its vocabulary is reduced)."""
     attn = attn_implementation(cfg)
     teacher = cached_teacher(cfg, data)
-    needs_target = teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)
-    target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
     student = load_draft(ensure_draft_init(cfg, tokenizer), attn)
+    reads_target = isinstance(student, Eagle3Draft)  # an EAGLE-3 head trains on the target's hidden states
+    needs_target = (teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)
+                    or reads_target)
+    target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
+    if reads_target:
+        student.target = target
     return teacher, target, student
 
 

@@ -17,7 +17,7 @@ from adaspec.distill.divergence import support_token_divergence, topk_divergence
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
-from adaspec.drafts import ModelDraft, load_draft
+from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.models.build import freeze, load_model
 
 
@@ -26,10 +26,12 @@ def frozen_artefact(folder, attn: str) -> PreTrainedModel:
     return freeze(load_model(paths.final(folder), attn))
 
 
-def frozen_draft(folder, attn: str) -> ModelDraft:
-    """A finished draft stage's draft (the reference), with its id map, frozen."""
+def frozen_draft(folder, attn: str, target: PreTrainedModel | None = None) -> ModelDraft | Eagle3Draft:
+    """A finished draft stage's draft (the reference), with its id map, frozen; an EAGLE-3 head reads `target`."""
     draft = load_draft(paths.final(folder), attn)
     freeze(draft.model)
+    if isinstance(draft, Eagle3Draft):
+        draft.target = target
     return draft
 
 

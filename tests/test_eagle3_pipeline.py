@@ -1,0 +1,79 @@
+"""`model.draft_kind=eagle3` through the stages and the evaluation on the tiny default: the head is built from
+the target (its embedding, frozen), stage 2 distils it with forward KL, stage 3 selects tokens by ΔL against
+the reference head, and the evaluation decodes and replays it exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from adaspec import paths
+from adaspec.config_rules import validate
+from adaspec.drafts import Eagle3Draft, load_draft
+from adaspec.errors import UserError
+from adaspec.evaluation.run import run_evaluation
+from adaspec.models.build import load_model
+from adaspec.pipeline import run_stage
+
+EAGLE3 = ["model.draft_kind=eagle3", "stage.max_steps=20", "stage.monitor_every_n_steps=0"]
+
+
+@pytest.fixture
+def eagle3(tiny_cfg):
+    """tiny_cfg with the target and the reference head trained."""
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    run_stage(tiny_cfg("stage=ref", *EAGLE3))
+    return tiny_cfg
+
+
+def metrics(folder) -> list[dict]:
+    import csv
+
+    with open(folder / "logs" / "metrics.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_the_stages_train_a_head_that_reads_the_target(eagle3):
+    cfg = eagle3("stage=draft", "k=0.4", *EAGLE3)
+    ref_folder = paths.ref_dir(cfg)
+    ref = load_draft(paths.final(ref_folder))
+    assert isinstance(ref, Eagle3Draft)
+    target = load_model(paths.final(paths.target_dir(cfg)))
+    assert torch.equal(ref.model.embed_tokens.weight, target.get_input_embeddings().weight)  # frozen all along
+    init = load_draft(paths.final(paths.draft_init_dir(cfg)))
+    assert not torch.equal(init.model.lm_head.weight, ref.model.lm_head.weight)
+    kl = [float(r["train/loss"]) for r in metrics(ref_folder) if r["train/loss"]]
+    assert sum(kl[-5:]) < sum(kl[:5])  # forward KL falls
+    assert json.loads((paths.final(ref_folder) / "metrics.json").read_text())["parameters"] == sum(
+        p.numel() for p in ref.model.parameters() if p.requires_grad)  # the frozen embedding is not counted
+
+    run_stage(cfg)
+    rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
+    assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
+    assert any(float(r["train/delta_mean"]) != 0 for r in rows)  # dL against the reference head
+
+
+def test_the_evaluation_decodes_the_head_exactly(eagle3):
+    run_stage(eagle3("stage=draft", "k=1.0", *EAGLE3))
+    cfg = eagle3(*EAGLE3, "eval.draft_ks=[1.0]", "eval.n_prompts=3", "decode.max_new_tokens=16",
+                 "eval.num_threads=1")
+    run_evaluation(cfg, progress=False)
+    results = json.loads((paths.eval_dir(cfg) / "greedy-g5" / "results.json").read_text())
+    row = results["drafts"]["k1"]
+    assert row["draft"]["kind"] == "eagle3" and row["greedy_mismatches"] == 0
+    assert row["acceptance_vs_gamma"]["replay_mismatches"] == 0  # the replay reads the target's features too
+
+
+@pytest.mark.parametrize("override, key", [("pretrain=stdlib", "pretrain"),
+                                           ("distill.data=draft", "distill.data"),
+                                           ("distill.cache_ref_kl=true", "distill.cache_ref_kl")])
+def test_what_a_head_cannot_train_with_is_one_line(tiny_cfg, override, key):
+    with pytest.raises(UserError, match=key):
+        validate(tiny_cfg("stage=draft", "model.draft_kind=eagle3", override))
+
+
+def test_a_head_initialisation_is_not_reused_for_an_independent_draft(eagle3):
+    with pytest.raises(UserError, match="model.draft_kind=eagle3"):
+        run_stage(eagle3("stage=ref", "stage.max_steps=2", "overwrite=true"))
