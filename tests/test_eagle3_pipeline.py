@@ -11,6 +11,8 @@ import torch
 
 from adaspec import paths
 from adaspec.config_rules import validate
+from adaspec.distill.cache_build import build_cache
+from adaspec.distill.feature_cache import FeatureCache
 from adaspec.drafts import Eagle3Draft, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation.run import run_evaluation
@@ -77,3 +79,25 @@ def test_what_a_head_cannot_train_with_is_one_line(tiny_cfg, override, key):
 def test_a_head_initialisation_is_not_reused_for_an_independent_draft(eagle3):
     with pytest.raises(UserError, match="model.draft_kind=eagle3"):
         run_stage(eagle3("stage=ref", "stage.max_steps=2", "overwrite=true"))
+
+
+def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_of_its_own(tiny_cfg):
+    """distill.teacher=cache: stage 2 caches the target's features at the head's layers once (all positions,
+    float16) and trains from them; a batch in shuffled order reads the live target's features back."""
+    from tests.test_teacher_cache import shuffled_batch
+
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    cfg = tiny_cfg("stage=ref", *EAGLE3, "distill.teacher=cache")
+    build_cache(cfg)
+    final = run_stage(cfg)
+    (folder,) = (paths.target_dir(cfg) / "feature_cache").iterdir()
+    head = load_draft(final, target=load_model(paths.final(paths.target_dir(cfg))))
+    assert folder.name == "layers" + "-".join(str(i) for i in head.target_layers)
+    batch = shuffled_batch(cfg)
+    cached = FeatureCache(folder).batch(batch["index"], batch["attention_mask"], torch.float32)
+    live = head.features(batch["input_ids"], batch["attention_mask"])
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(cached[real], live[real], atol=2e-2, rtol=1e-2)  # float16 storage
+    assert (cached[~real] == 0).all()
+    kl = [float(r["train/loss"]) for r in metrics(paths.ref_dir(cfg)) if r["train/loss"]]
+    assert sum(kl[-5:]) < sum(kl[:5])

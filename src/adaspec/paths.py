@@ -122,6 +122,12 @@ def teacher_cache_dir(cfg: DictConfig) -> Path:
     return target_dir(cfg) / "teacher_cache" / name
 
 
+def feature_cache_dir(cfg: DictConfig, layers: list[int]) -> Path:
+    """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same data."""
+    prefix = "target-answers-" if fixed_answers(cfg.distill) == "target" else ""
+    return target_dir(cfg) / "feature_cache" / f"{prefix}layers{'-'.join(str(i) for i in layers)}"
+
+
 def target_answers_dir(cfg: DictConfig) -> Path:
     """The target's generated answers to the training prompts (distill.data=target) belong to the target."""
     return target_dir(cfg) / "answers" / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}"

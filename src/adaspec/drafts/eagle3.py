@@ -36,6 +36,7 @@ class Eagle3Draft(Draft):
         if vocab is not None and vocab.size != size:
             raise ValueError(f"the id map has {vocab.size} draft ids, the head's output {size}")
         self.model, self.vocab, self.target = head, vocab, target
+        self.feature_cache = None  # a FeatureCache (adaspec.distill.feature_cache): read instead of the target
         self.target_layers = list(head.config.target_layers)
 
     @classmethod
@@ -62,9 +63,12 @@ class Eagle3Draft(Draft):
         return features
 
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None, features: Tensor | None = None,
-               **_) -> Tensor:
+               index: Tensor | None = None, **_) -> Tensor:
         """Logits `[B, T, support]`: position t predicts token t+1 from the target's feature of position t-1
-        and the token at t (`features`: the target's, computed here when not given)."""
+        and the token at t (`features`: the target's; else read from the feature cache for the examples
+        `index`, or computed)."""
+        if features is None and index is not None and self.feature_cache is not None:
+            features = self.feature_cache.batch(index, attention_mask, self.model.fc.weight.dtype)
         features = self.features(input_ids, attention_mask) if features is None else features
         projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
         return self.model(projected, input_ids, attention_mask=attention_mask)[1]

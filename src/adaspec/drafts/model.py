@@ -45,8 +45,9 @@ class ModelDraft(Draft):
     def to_target_ids(self, draft_ids: Tensor) -> Tensor:
         return draft_ids if self.vocab is None else self.vocab.to(draft_ids.device).to_target(draft_ids)
 
-    def logits(self, input_ids: Tensor, **kwargs) -> Tensor:
-        """Logits `[B, T, support]` for `input_ids` in target ids (the support: draft ids when reduced)."""
+    def logits(self, input_ids: Tensor, index: Tensor | None = None, **kwargs) -> Tensor:
+        """Logits `[B, T, support]` for `input_ids` in target ids (the support: draft ids when reduced). `index`
+        (the batch's example indices) is for drafts that read per-example caches; this one reads none."""
         return self.model(input_ids=self.to_draft_ids(input_ids), **kwargs).logits
 
     def save_vocab(self, folder: Path) -> None:

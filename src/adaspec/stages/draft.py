@@ -70,7 +70,8 @@ class SelectiveDistill(ReferenceDistill):
             add_operator_embedding(student.model, domain.operator_types)
         ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
         reference = (
-            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), target)
+            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), target,
+                                                 getattr(student, "feature_cache", None))
         )
         return cls(
             student,

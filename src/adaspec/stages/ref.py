@@ -26,7 +26,7 @@ from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
 from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
-from adaspec.stages.teachers import cached_teacher, for_draft, frozen_artefact
+from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, frozen_artefact
 
 
 class ReferenceDistill(StageModule):
@@ -86,7 +86,8 @@ class ReferenceDistill(StageModule):
     @staticmethod
     def _answer_logits(draft: ModelDraft, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
         """[N, support] answer logits of a draft (student or reference)."""
-        return answer_logits(draft.logits(batch["input_ids"], attention_mask=batch["attention_mask"]), mask)
+        logits = draft.logits(batch["input_ids"], attention_mask=batch["attention_mask"], index=batch.get("index"))
+        return answer_logits(logits, mask)
 
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
@@ -143,6 +144,8 @@ def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, dat
     target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
     if reads_target:
         student.target = target
+        if teacher is not None:  # the teacher is cached: so are the target's hidden states
+            student.feature_cache = feature_cache(cfg, data, target, student.target_layers, tokenizer.pad_token_id)
     return teacher, target, student
 
 

@@ -14,6 +14,7 @@ from adaspec.artefact_rules import cache_identity
 from adaspec.artefacts import read_meta
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.divergence import support_token_divergence, topk_divergence
+from adaspec.distill.feature_cache import FeatureCache, feature_cache_bytes, write_feature_cache
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
@@ -26,12 +27,14 @@ def frozen_artefact(folder, attn: str) -> PreTrainedModel:
     return freeze(load_model(paths.final(folder), attn))
 
 
-def frozen_draft(folder, attn: str, target: PreTrainedModel | None = None) -> ModelDraft | Eagle3Draft:
-    """A finished draft stage's draft (the reference), with its id map, frozen; an EAGLE-3 head reads `target`."""
+def frozen_draft(folder, attn: str, target: PreTrainedModel | None = None,
+                 features: FeatureCache | None = None) -> ModelDraft | Eagle3Draft:
+    """A finished draft stage's draft (the reference), with its id map, frozen; an EAGLE-3 head reads `target`
+    or the feature cache."""
     draft = load_draft(paths.final(folder), attn)
     freeze(draft.model)
     if isinstance(draft, Eagle3Draft):
-        draft.target = target
+        draft.target, draft.feature_cache = target, features
     return draft
 
 
@@ -71,6 +74,24 @@ class SupportTeacher:
 def for_draft(teacher: LiveTeacher | CachedTeacher, draft: ModelDraft):
     """The teacher as `draft` sees it: itself for a full-vocabulary draft, over its support for a reduced one."""
     return teacher if draft.vocab is None else SupportTeacher(teacher, draft)
+
+
+def feature_cache(cfg: DictConfig, data: TaskDataModule, target: PreTrainedModel, layers: list[int],
+                  pad_id: int) -> FeatureCache:
+    """The target's features at `layers` on this data (distill.teacher=cache with an EAGLE-3 head), built on
+    first use; refuses one made for anything else."""
+    folder = paths.feature_cache_dir(cfg, layers)
+    encoded = data.train_set + data.val_set
+    identity = {**cache_identity(cfg, encoded), "layers": "-".join(str(i) for i in layers)}
+    if folder.is_dir() and not cfg.overwrite:
+        cache = FeatureCache(folder)
+        cache.check_identity(identity)
+        return cache
+    width = len(layers) * target.config.hidden_size
+    print(f"[adaspec] feature cache: layers {layers} of {len(encoded)} examples, "
+          f"{feature_cache_bytes(encoded, width) / 2**20:.1f} MiB -> {folder}")
+    return write_feature_cache(target, encoded, layers, folder, identity, batch_size=cfg.stage.batch_size,
+                               pad_id=pad_id)
 
 
 def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | None:
