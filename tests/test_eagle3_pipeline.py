@@ -101,3 +101,47 @@ def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_o
     assert (cached[~real] == 0).all()
     kl = [float(r["train/loss"]) for r in metrics(paths.ref_dir(cfg)) if r["train/loss"]]
     assert sum(kl[-5:]) < sum(kl[:5])
+
+
+def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tiny_cfg):
+    """distill.ttt_passes=3: a token's divergence is sum_k 0.8^k KL(target || pass k), for the head and its
+    reference alike (stage 3's dL); passes=1 is the first proposal's KL alone."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from adaspec.distill.tokens import answer_logits, answer_mask
+    from adaspec.models.eagle3 import Eagle3Head
+    from adaspec.stages.ref import ReferenceDistill
+
+    torch.manual_seed(0)
+    target = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                              num_attention_heads=4, intermediate_size=64)).eval()
+    draft = Eagle3Draft(Eagle3Head.from_target(target, 64), target=target)
+    ids = torch.randint(0, 64, (2, 12))
+    labels = ids.clone()
+    labels[:, :6] = -100
+    batch = {"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)}
+    mask = answer_mask(labels)
+    p = torch.log_softmax(answer_logits(target(ids).logits, mask), -1)
+
+    def kl(logits):
+        q = torch.log_softmax(answer_logits(logits, mask), -1)
+        return (p.exp() * (p - q)).sum(-1)
+
+    passes = draft.unrolled_logits(ids, 3)
+    for n, expected in ((1, kl(passes[0])), (3, kl(passes[0]) + 0.8 * kl(passes[1]) + 0.64 * kl(passes[2]))):
+        cfg = tiny_cfg("stage=ref", "model.draft_kind=eagle3", f"distill.ttt_passes={n}")
+        module = ReferenceDistill(draft, cfg.stage, cfg.distill, target)
+        torch.testing.assert_close(module.student_divergence(batch)[0], expected, atol=1e-5, rtol=1e-4)
+    with pytest.raises(UserError, match="distill.ttt_passes"):
+        validate(tiny_cfg("stage=ref", "distill.ttt_passes=3"))
+
+
+def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):
+    passes = [*EAGLE3, "distill.ttt_passes=3"]
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    run_stage(tiny_cfg("stage=ref", *passes))
+    cfg = tiny_cfg("stage=draft", "k=0.4", *passes)
+    run_stage(cfg)
+    rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
+    assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
+    assert "ttt_passes: 3" in (paths.final(paths.draft_dir(cfg, 0.4)) / "config.yaml").read_text()

@@ -323,6 +323,10 @@ def _mixed_with_counts(stage: str, distill: dict, cfg: dict) -> bool:
     return _mixed_keys_count(stage, distill, cfg) and distill.get("mixed_with", "dataset") != "dataset"
 
 
+def _ttt_passes_count(stage: str, distill: dict, cfg: dict) -> bool:
+    return stage in ("ref", "draft") and distill.get("ttt_passes", 1) != 1
+
+
 def _ref_data_counts(stage: str, distill: dict, cfg: dict) -> bool:
     return stage == "draft" and distill.get("ref_data") not in (None, distill.get("data", "dataset"))
 
@@ -370,6 +374,10 @@ class DistillConfig:
     # itself always trains on `data`, into that data's folder). Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
     ref_data: DistillData | None = counted(None, when=_ref_data_counts)
+    # an EAGLE-3 head (model.draft_kind=eagle3): passes of EAGLE-3's training-time test per step; a token's
+    # divergence is then sum_k 0.8^k * that of pass k (the head reading its own outputs k positions back), for
+    # the head and its reference alike, so dL compares like with like. 1: the first proposal's only
+    ttt_passes: int = counted(1, when=_ttt_passes_count)
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 

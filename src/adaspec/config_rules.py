@@ -170,6 +170,10 @@ def _validate_draft_build(cfg: DictConfig) -> None:
         True,
         "needs the full draft vocabulary: set task.domain.operator_embedding=false or model.draft_vocab_size=0",
     )
+    passes = cfg.distill.ttt_passes
+    _check(passes >= 1, "distill.ttt_passes", passes, "must be >= 1 (1: no training-time test)")
+    _check(passes == 1 or model.draft_kind == DraftKind.eagle3, "distill.ttt_passes", passes,
+           "the training-time test is for EAGLE-3 heads: set model.draft_kind=eagle3 or distill.ttt_passes=1")
     if model.draft_kind == DraftKind.eagle3:
         _check(cfg.pretrain.corpus == Corpus.none, "pretrain", cfg.pretrain.corpus,
                "stage 0 trains an independent draft; an EAGLE-3 head starts from the target: use pretrain=none")

@@ -56,7 +56,7 @@ class FeatureCache:
             if end - start != n:
                 raise UserError(f"feature cache {self.folder}: example {i} has {end - start} cached positions, the "
                                 f"batch {n}; it was made with other data settings, delete it (it is rebuilt)")
-            out[b, :n] = torch.from_numpy(np.asarray(self.features[start:end])).to(dtype)
+            out[b, :n] = torch.from_numpy(np.array(self.features[start:end])).to(dtype)  # a copy: the map is read-only
         return out.to(attention_mask.device)
 
 

@@ -67,20 +67,24 @@ class Eagle3Draft(Draft):
         """Logits `[B, T, support]`: position t predicts token t+1 from the target's feature of position t-1
         and the token at t (`features`: the target's; else read from the feature cache for the examples
         `index`, or computed)."""
-        if features is None and index is not None and self.feature_cache is not None:
-            features = self.feature_cache.batch(index, attention_mask, self.model.fc.weight.dtype)
-        features = self.features(input_ids, attention_mask) if features is None else features
+        features = self._features(input_ids, attention_mask, features, index)
         projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
         return self.model(projected, input_ids, attention_mask=attention_mask)[1]
 
     def unrolled_logits(self, input_ids: Tensor, steps: int, attention_mask: Tensor | None = None,
-                        features: Tensor | None = None) -> list[Tensor]:
+                        features: Tensor | None = None, index: Tensor | None = None) -> list[Tensor]:
         """`logits` of each pass of EAGLE-3's training-time test (`Eagle3Head.unrolled`): pass k's position
         t predicts token t+1 as the k-th proposal after a block's first would (its first k positions read
-        no real feature)."""
-        features = self.features(input_ids, attention_mask) if features is None else features
+        no real feature). `features` and `index` as in `logits`."""
+        features = self._features(input_ids, attention_mask, features, index)
         projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
         return self.model.unrolled(projected, input_ids, steps, attention_mask=attention_mask)
+
+    def _features(self, input_ids: Tensor, attention_mask: Tensor | None, features: Tensor | None,
+                  index: Tensor | None) -> Tensor:
+        if features is None and index is not None and self.feature_cache is not None:
+            features = self.feature_cache.batch(index, attention_mask, self.model.fc.weight.dtype)
+        return self.features(input_ids, attention_mask) if features is None else features
 
     def save_vocab(self, folder: Path) -> None:
         if self.vocab is not None:

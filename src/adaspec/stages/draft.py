@@ -117,9 +117,7 @@ class SelectiveDistill(ReferenceDistill):
             )
         else:
             with torch.no_grad():
-                kl_ref = teacher.divergence(
-                    signal, self._answer_logits(self.reference, batch, mask)
-                )
+                kl_ref = self.draft_divergence(self.reference, batch, mask, signal, teacher)
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
     def current_k(self) -> float:

@@ -28,6 +28,8 @@ from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, frozen_artefact
 
+TTT_DECAY = 0.8  # EAGLE-3's weight of pass k of its training-time test: 0.8^k
+
 
 class ReferenceDistill(StageModule):
     def __init__(
@@ -89,13 +91,24 @@ class ReferenceDistill(StageModule):
         logits = draft.logits(batch["input_ids"], attention_mask=batch["attention_mask"], index=batch.get("index"))
         return answer_logits(logits, mask)
 
+    def draft_divergence(self, draft, batch: dict[str, torch.Tensor], mask: torch.Tensor, signal, teacher):
+        """[N] divergence of a draft's answer tokens from the teacher's signal. An EAGLE-3 head with
+        distill.ttt_passes = n > 1: the sum over EAGLE-3's training-time test of 0.8^k times pass k's."""
+        passes = int(self.distill_cfg.get("ttt_passes", 1))
+        if passes == 1 or not isinstance(draft, Eagle3Draft):
+            return teacher.divergence(signal, self._answer_logits(draft, batch, mask))
+        unrolled = draft.unrolled_logits(batch["input_ids"], passes, attention_mask=batch["attention_mask"],
+                                         index=batch.get("index"))
+        return sum(TTT_DECAY**k * teacher.divergence(signal, answer_logits(logits, mask))
+                   for k, logits in enumerate(unrolled))
+
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
         teacher = teacher or self.teacher
         mask = answer_mask(batch["labels"])
         with torch.no_grad():
             signal = teacher.signal(batch, mask)
-        return teacher.divergence(signal, self._answer_logits(self.draft, batch, mask)), signal, mask
+        return self.draft_divergence(self.draft, batch, mask, signal, teacher), signal, mask
 
     def training_batch(self, batch: dict[str, torch.Tensor]):
         """(batch, teacher, metrics) of this optimiser step: the loader's batch and the configured teacher,
