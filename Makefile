@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.commands.train
 
-.PHONY: install sandbox-tools models answers demo demo-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real eagle3-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,20 @@ demo-real: models
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(REAL) $(REAL_STAGE) $(ARGS)
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(ARGS)
+
+# The same target and data with EAGLE-3 heads instead of independent drafts (README: model.draft_kind=eagle3),
+# beside demo-real's (folders ref-eagle3, draft-k<k>-eagle3, eval-eagle3): the target's answers and teacher
+# cache are shared, stage 2 adds the cache of the target's hidden states; no stage 0; three passes of EAGLE-3's
+# training-time test.
+EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
+eagle3-real: models
+	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(EAGLE3) $(ARGS)
+	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
+	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
+	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=0.4 $(REAL) $(EAGLE3) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=1.0 $(REAL) $(EAGLE3) $(REAL_STAGE) $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(EAGLE3) $(ARGS)
 
 # One draft per k against one shared target and reference.
 sweep: install

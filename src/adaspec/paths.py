@@ -4,7 +4,7 @@
     <paths.root>/<task>/<model>/seed<seed>/pretrain-draft/       stage 0, the draft's, per seed
     <paths.root>/<task>/<model>/seed<target_seed>/target/        stage 1
     <paths.root>/<task>/<model>/seed<seed>/draft_init/final      the draft/reference initial weights
-    <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2
+    <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2 (ref-eagle3/ for an EAGLE-3 head, and so on)
     <paths.root>/<task>/<model>/seed<seed>/draft-k<k>/           stage 3, one folder per k
 
 A stage folder holds `final/` (the save_pretrained artefact), `checkpoints/` and `logs/`. So
@@ -28,6 +28,12 @@ def _model_root(cfg: DictConfig) -> Path:
 
 def _suffix(tag: str) -> str:
     return f"-{tag}" if tag else ""
+
+
+def _kind(cfg: DictConfig) -> str:
+    """`-eagle3` on the folders of an EAGLE-3 head's stages (model.draft_kind): heads and independent drafts
+    share the target, its answers and caches, never a draft folder."""
+    return "-eagle3" if str(cfg.model.get("draft_kind", "model")) == "eagle3" else ""
 
 
 def _own_tag(cfg: DictConfig, stage: str) -> str:
@@ -76,19 +82,20 @@ def target_dir(cfg: DictConfig) -> Path:
 
 
 def draft_init_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / "draft_init"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft_init{_kind(cfg)}"
 
 
 def ref_dir(cfg: DictConfig) -> Path:
     tag = _own_tag(cfg, "ref")
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_suffix(tag)}{_data_suffix(cfg, reference_data(cfg))}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_kind(cfg)}{_suffix(tag)}{_data_suffix(cfg, reference_data(cfg))}"
 
 
 def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
     """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
     k = cfg.k if k is None else k
     tag = _own_tag(cfg, "draft") if tag is None else tag
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft-k{format_k(k)}{_suffix(tag)}{_data_suffix(cfg, data)}"
+    return (_model_root(cfg) / f"seed{cfg.seed}"
+            / f"draft-k{format_k(k)}{_kind(cfg)}{_suffix(tag)}{_data_suffix(cfg, data)}")
 
 
 def pretrain_target_dir(cfg: DictConfig) -> Path:
@@ -134,4 +141,4 @@ def target_answers_dir(cfg: DictConfig) -> Path:
 
 
 def eval_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"eval{_data_suffix(cfg)}"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"eval{_kind(cfg)}{_data_suffix(cfg)}"
