@@ -76,9 +76,13 @@ def test_what_a_head_cannot_train_with_is_one_line(tiny_cfg, override, key):
         validate(tiny_cfg("stage=draft", "model.draft_kind=eagle3", override))
 
 
-def test_a_head_initialisation_is_not_reused_for_an_independent_draft(eagle3):
-    with pytest.raises(UserError, match="model.draft_kind=eagle3"):
-        run_stage(eagle3("stage=ref", "stage.max_steps=2", "overwrite=true"))
+def test_heads_and_independent_drafts_share_the_target_never_a_folder(eagle3):
+    head_ref = paths.ref_dir(eagle3("stage=ref", *EAGLE3))
+    weights = (paths.final(head_ref) / "model.safetensors").read_bytes()
+    independent = run_stage(eagle3("stage=ref", "stage.max_steps=2"))
+    assert independent.parent.name == "ref" and head_ref.name == "ref-eagle3"
+    assert not isinstance(load_draft(independent), Eagle3Draft)
+    assert (paths.final(head_ref) / "model.safetensors").read_bytes() == weights
 
 
 def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_of_its_own(tiny_cfg):
