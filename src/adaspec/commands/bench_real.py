@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     warm_widths = sorted({1, *(g + 1 for g in args.gammas), widest + 1})
     target.warm_up(warm_widths)
     for layers in {tuple(d.target_layers) for d in drafts.values() if d.target_layers}:  # EAGLE-3 heads
-        target.warm_up(warm_widths, feature_layers=list(layers))
+        target.warm_up([w for w in warm_widths if w > 1], feature_layers=list(layers))  # verifications
     for served in target_only.values():
         served.warm_up([1])
     costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))

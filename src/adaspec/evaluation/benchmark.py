@@ -85,7 +85,7 @@ def benchmark(
     target_only = target_only or {}
     target.warm_up(list(warm_widths))
     for layers in {tuple(e.draft.target_layers) for e in drafts if e.draft.target_layers}:  # EAGLE-3 heads
-        target.warm_up(list(warm_widths), feature_layers=list(layers))
+        target.warm_up([w for w in warm_widths if w > 1], feature_layers=list(layers))  # verifications
     for served in target_only.values():  # they only decode target-only: one-token steps
         served.warm_up([1])
     drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.draft.hf_assisted_kwargs(gamma) is not None)
