@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         widest = max(widest, min(cfg.gamma + 2, adaptive.max_gamma))
     # every step width a run needs: one token, and gamma + 1 for each fixed gamma and the adaptive policy's range
     warm_widths = sorted({1, *(g + 1 for g in args.gammas), widest + 1})
+    if target.serving.compile or any(s.serving.compile for s in target_only.values()):
+        print(f"[adaspec] bench-real: compiling the step graphs first (widths {warm_widths}; about a minute each "
+              f"on two cores, recorded as compile_seconds, excluded from every figure)")
     target.warm_up(warm_widths)
     for layers in {tuple(d.target_layers) for d in drafts.values() if d.target_layers}:  # EAGLE-3 heads
         target.warm_up([w for w in warm_widths if w > 1], feature_layers=list(layers))  # verifications
