@@ -215,3 +215,45 @@ def test_on_policy_steps_can_mix_with_the_targets_answers(setup):
     )
     with pytest.raises(UserError, match="distill.mixed_with"):
         setup("distill.data=mixed", "distill.mixed_with=draft")
+
+
+def test_committed_answers_of_the_same_target_are_copied_not_generated(setup, tmp_path, monkeypatch, capsys):
+    from safetensors.torch import load_file, save_file
+
+    from adaspec.data import target_answers
+
+    c = setup("stage=ref", "distill.data=target")
+    train = load_task(c.task)["train"]
+    first = ensure_target_answers(c, train)
+    final = paths.final(paths.target_dir(c))
+    committed = tmp_path / "results"
+    monkeypatch.setattr(target_answers, "COMMITTED", committed)
+    source = target_answers.committed_answers_dir(c)
+    source.mkdir(parents=True)
+    shutil.copyfile(first / ANSWERS, source / ANSWERS)
+
+    # a fresh run root whose target is the same weights saved with other file bytes (other metadata)
+    fresh = setup("stage=ref", "distill.data=target", f"paths.root={tmp_path / 'fresh'}")
+    fresh_final = paths.final(paths.target_dir(fresh))
+    shutil.copytree(final, fresh_final)
+    tensors = load_file(fresh_final / "model.safetensors")
+    save_file(tensors, fresh_final / "model.safetensors", metadata={"format": "pt", "saved_by": "elsewhere"})
+    assert target_answers.target_content_hash(fresh_final) == target_answers.target_content_hash(final)
+    meta = read_meta(fresh_final)
+    meta["weights"] = "elsewhere"  # the file hash differs; only the content hash may match
+    (fresh_final / "meta.json").write_text(json.dumps(meta))
+
+    (source / "answers.json").write_text(json.dumps({"target_content": "0000000000000000"}))
+    ensure_target_answers(fresh, train)  # another target's answers: generated instead
+    assert "belong to another target" in capsys.readouterr().out
+    shutil.rmtree(paths.target_answers_dir(fresh))
+
+    (source / "answers.json").write_text(json.dumps({"target_content": target_answers.target_content_hash(final)}))
+    ensure_target_answers(fresh, train)
+    out = capsys.readouterr().out
+    assert "copied from" in out and "target answers:" in out and "prompts," not in out  # nothing generated
+    assert read_answers(paths.target_answers_dir(fresh)) == read_answers(first)
+
+    tensors[sorted(tensors)[0]] += 1e-3  # one changed tensor: another target
+    save_file(tensors, fresh_final / "model.safetensors")
+    assert target_answers.target_content_hash(fresh_final) != target_answers.target_content_hash(final)

@@ -13,6 +13,12 @@ naming the training example and a hash of its prompt, so a rerun continues where
 and never pairs an answer with another prompt. Answers that did not reach the stop token within
 `distill.answer_max_new_tokens` are kept in the file but not trained on (their end would teach the draft to
 stop where the target does not).
+
+Answers committed with the repository (`experiments/results/<model>-target-answers/<task>/<format>-max<N>/`)
+are copied in first when they name the same target: `target_content` in their answers.json is a hash of the
+target's tensor values and of its tokenizer (vocabulary and chat template), not of its files' bytes, which
+differ between transformers versions for the same weights. Every copied line is still checked against its
+prompt's hash, and what does not match is generated.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from adaspec.errors import UserError
 
 ANSWERS = "answers.jsonl"
 META = "answers.json"
+COMMITTED = Path(__file__).resolve().parents[3] / "experiments" / "results"  # in a checkout of the repository
 
 
 def prompt_key(prompt: str) -> str:
@@ -69,6 +76,49 @@ def check_answers_target(cfg: DictConfig, folder: Path, *, record: bool = False)
     if record:
         folder.mkdir(parents=True, exist_ok=True)
         meta_path.write_text(json.dumps({"target": weights}, indent=2) + "\n")
+
+
+def committed_answers_dir(cfg: DictConfig) -> Path:
+    return (COMMITTED / f"{cfg.model.name}-target-answers" / cfg.task.name
+            / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}")
+
+
+def target_content_hash(final: Path) -> str:
+    """What makes a target answer as it does: its tensors (names, dtypes, shapes, values) and its tokenizer's
+    vocabulary, added tokens and chat template."""
+    from safetensors import safe_open  # only the reuse of committed answers reads tensors here
+
+    digest = hashlib.sha256()
+    for weights in sorted(final.glob("*.safetensors")):
+        with safe_open(weights, framework="pt") as fh:
+            for name in sorted(fh.keys()):
+                tensor = fh.get_tensor(name).contiguous()
+                digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+                digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    tokenizer = json.loads((final / "tokenizer.json").read_text())
+    digest.update(json.dumps([tokenizer.get("model"), tokenizer.get("added_tokens")], sort_keys=True).encode())
+    config = json.loads((final / "tokenizer_config.json").read_text()) if (final / "tokenizer_config.json").is_file() else {}
+    template = final / "chat_template.jinja"
+    digest.update(str(config.get("chat_template", "")).encode() + (template.read_bytes() if template.is_file() else b""))
+    return digest.hexdigest()[:16]
+
+
+def adopt_committed_answers(cfg: DictConfig, folder: Path) -> int:
+    """Copy the committed answers into an empty answers folder when they name this target; how many lines."""
+    source = committed_answers_dir(cfg)
+    if (folder / ANSWERS).is_file() or not (source / ANSWERS).is_file() or not (source / META).is_file():
+        return 0
+    theirs = json.loads((source / META).read_text()).get("target_content")
+    ours = target_content_hash(paths.final(paths.target_dir(cfg)))
+    if theirs != ours:
+        print(f"[adaspec] target answers: the committed ones in {source} belong to another target "
+              f"(content {theirs}, this one {ours}): generating them")
+        return 0
+    lines = (source / ANSWERS).read_text()
+    (folder / ANSWERS).write_text(lines)
+    n = len(lines.splitlines())
+    print(f"[adaspec] target answers: {n} committed answers of this target (content {ours}) copied from {source}")
+    return n
 
 
 @torch.inference_mode()
@@ -124,6 +174,7 @@ def ensure_target_answers(cfg: DictConfig, train: list[Example], model=None, tok
 
     folder = paths.target_answers_dir(cfg)
     check_answers_target(cfg, folder, record=True)
+    adopt_committed_answers(cfg, folder)
     examples = answered_examples(cfg, train)
     saved = read_answers(folder)
     if all(saved.get(i, {}).get("prompt") == prompt_key(e.prompt) for i, e in enumerate(examples)):
