@@ -39,7 +39,7 @@ H, V, N, HEADS, KV_HEADS, HEAD_DIM, MLP = 32, 96, 24, 4, 2, 8, 64
 @pytest.fixture
 def head_draft() -> Eagle3Draft:
     torch.manual_seed(0)
-    target = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=MLP, num_hidden_layers=6,
+    target = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=MLP, num_hidden_layers=8,
                                           num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
                                           rope_theta=5000.0, max_position_embeddings=128))
     head = Eagle3Head.from_target(target, draft_vocab_size=N)
@@ -48,6 +48,12 @@ def head_draft() -> Eagle3Draft:
             p.copy_(torch.rand_like(p) + 0.5 if "norm" in name else torch.randn_like(p) * 0.3)
     ids = torch.sort(torch.randperm(V)[:N]).values
     return Eagle3Draft(head, DraftVocab(ids, V, int(ids[0])), target)
+
+
+def test_a_head_whose_target_layers_collide_is_refused(head_draft):
+    head_draft.model.config.target_layers = [1, 1, 2]
+    with pytest.raises(UserError, match="distinct target layers"):
+        speculators_config(head_draft, "t", {}, 3)
 
 
 def test_the_speculators_layout_has_its_names_shapes_and_id_maps(head_draft):
@@ -74,7 +80,7 @@ def test_the_speculators_layout_has_its_names_shapes_and_id_maps(head_draft):
                                                             "max_position_embeddings": 128}, 4)
     layer = config["transformer_layer_config"]
     assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == N
-    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 3, 3]  # EAGLE-3's 2, N/2, N-3 of a 6-layer target
+    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # EAGLE-3's 2, N/2, N-3 of an 8-layer target
     assert (layer["model_type"], layer["vocab_size"], layer["hidden_size"], layer["num_hidden_layers"],
             layer["head_dim"], layer["num_key_value_heads"]) == ("llama", V, H, 1, HEAD_DIM, KV_HEADS)
     assert layer["rope_parameters"]["rope_theta"] == 5000.0
@@ -127,11 +133,13 @@ def test_the_exported_head_computes_on_transformers_llama_layer_what_it_computes
     assert torch.equal(draft_ids + tensors["d2t"][draft_ids], head_draft.vocab.to_target(ours.argmax(-1)))
 
 
-EAGLE3 = ["model.draft_kind=eagle3", "stage.max_steps=6", "stage.monitor_every_n_steps=0"]
+# 8 target layers: EAGLE-3's layers 2, N/2 and N-3 are distinct, as speculators requires
+EAGLE3 = ["model.draft_kind=eagle3", "stage.max_steps=6", "stage.monitor_every_n_steps=0",
+          "model.target.num_hidden_layers=8"]
 
 
 def test_make_export_writes_a_trained_head_with_its_provenance(tiny_cfg):
-    run_stage(tiny_cfg("stage=target", "stage.max_steps=6"))
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=6", EAGLE3[-1]))
     run_stage(tiny_cfg("stage=ref", *EAGLE3))
     cfg = tiny_cfg("stage=ref", *EAGLE3)
     overrides = [*TINY, f"paths.root={cfg.paths.root}", *EAGLE3]
@@ -199,8 +207,9 @@ SPECULATORS_VENV = Path(os.environ.get("ADASPEC_SPECULATORS_VENV", ".cache/specu
 def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
     """speculators 0.9.0 in its own virtualenv (it pins transformers <= 5.19): built once, kept in
     .cache/speculators-venv. Its loader checks every tensor name and shape (strict)."""
-    run_stage(tiny_cfg("stage=target", "stage.max_steps=6"))
-    cfg = tiny_cfg("stage=ref", *EAGLE3, "model.draft_vocab_size=64")
+    llama = "model.target.architecture=llama"  # speculators reads a Llama or Qwen3 verifier's embedding
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=6", llama, EAGLE3[-1]))
+    cfg = tiny_cfg("stage=ref", *EAGLE3, "model.draft_vocab_size=64", llama)
     run_stage(cfg)
     out = export_main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--out", str(tmp_path / "spec")])
     python = SPECULATORS_VENV / "bin" / "python"
@@ -209,9 +218,10 @@ def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
         pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "torch==2.13.0", "transformers>=5.0,<=5.19", "pydantic>=2", "pydantic-settings>=2",
                         "loguru>=0.7.2,<=0.7.3", "safetensors", "huggingface-hub", "numpy>=2,<=2.5.4", "rich", "click",
-                        "typer", "tqdm", "datasets>=4,<=5.1", "psutil", "protobuf"], check=True)
-        # its other requirements (torchvision, torchaudio, openai, hs-connectors) serve training and the hub
-        subprocess.run([*pip, "--no-deps", "speculators==0.9.0"], check=True)
+                        "typer", "tqdm", "datasets>=4,<=5.1", "psutil", "protobuf", "openai", "aiohttp",
+                        "httpx"], check=True)
+        # torchvision and torchaudio (unused by the model classes) would pull another torch build
+        subprocess.run([*pip, "--no-deps", "speculators==0.9.0", "hs-connectors==0.9.0"], check=True)
     check = (
         "import sys, torch; from speculators.models.eagle3 import Eagle3DraftModel;"
         "m = Eagle3DraftModel.from_pretrained(sys.argv[1]);"

@@ -26,6 +26,7 @@ from torch import Tensor
 from transformers import LlamaConfig
 
 from adaspec.drafts.eagle3 import Eagle3Draft
+from adaspec.errors import UserError
 
 FORMAT_VERSION = "0.9.0"  # the speculators release this layout was read from
 
@@ -35,6 +36,11 @@ def speculators_config(draft: Eagle3Draft, verifier: str, verifier_config: dict[
     """The `config.json` of `draft` for the target found at `verifier` (a Hub id or a path vLLM can read),
     whose own `config.json` is `verifier_config`."""
     c = draft.model.config
+    if len(set(c.target_layers)) != len(c.target_layers):
+        raise UserError(
+            f"speculators and vLLM need distinct target layers; this head reads hidden states {list(c.target_layers)} "
+            f"(EAGLE-3's layers 2, N/2 and N-3 collide for a target of fewer than 8 layers)"
+        )
     layer = LlamaConfig(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
         num_hidden_layers=1, num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
