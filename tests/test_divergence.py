@@ -23,7 +23,7 @@ def test_forward_kl_matches_the_definition():
     assert (token_divergence(t, t, "forward_kl").abs() < 1e-5).all()
 
 
-@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd", "jsd"])
+@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd", "jsd", "nla", "lk"])
 def test_chunking_gives_the_same_values_and_gradients(kind):
     t = logits(seed=3)
     s1 = logits(seed=4).requires_grad_()
@@ -49,7 +49,7 @@ def test_unknown_divergence_is_an_error():
         token_divergence(logits(), logits(seed=9), "js")
 
 
-KINDS = ["forward_kl", "reverse_kl", "tvd", "jsd"]
+KINDS = ["forward_kl", "reverse_kl", "tvd", "jsd", "nla", "lk"]
 
 
 def masked_teacher(n=12, v=30, seed=11) -> torch.Tensor:
@@ -138,7 +138,7 @@ def topk_form(teacher: torch.Tensor, k: int):
     return values, ids, (1 - values.exp().sum(-1)).clamp_min(0)
 
 
-@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd"])
+@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd", "nla"])
 def test_topk_divergences_are_exact_with_the_whole_vocabulary_and_lower_bounds_below_it(kind):
     """The top-K cache's other divergences: the divergence of the coarsened pair (top-K cells + one bucket)."""
     teacher, student = logits(20, 40, 21), logits(20, 40, 22).requires_grad_()
@@ -151,7 +151,7 @@ def test_topk_divergences_are_exact_with_the_whole_vocabulary_and_lower_bounds_b
     assert torch.isfinite(student.grad).all() and student.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd"])
+@pytest.mark.parametrize("kind", ["reverse_kl", "tvd", "jsd", "nla", "lk"])
 def test_topk_divergences_of_a_reduced_draft_match_its_support_divergence(kind):
     """A reduced draft (12 of 30 ids) against the whole vocabulary as top-K: the support convention exactly
     (the teacher's mass off the support is the bucket, where the draft has none); top-K ids outside the
@@ -175,3 +175,36 @@ def test_topk_forward_kl_and_jsd_at_beta_zero_are_todays_topk_kl_exactly():
     today = topk_forward_kl(*form, student)
     assert torch.equal(topk_divergence(*form, student, "forward_kl"), today)
     assert torch.equal(topk_divergence(*form, student, "jsd", jsd_beta=0.0), today)
+
+
+# ---------------------------------------------------------------- acceptance-direct objectives, by hand
+# p = (0.5, 0.3, 0.2), q = (0.2, 0.3, 0.5): TVD 0.3, alpha 0.7; KL(p || q) = 0.5 ln 2.5 + 0.2 ln 0.4 = 0.2748872;
+# lambda = exp(-3 * 0.7) = 0.1224564.
+P, Q = torch.tensor([[0.5, 0.3, 0.2]]).log(), torch.tensor([[0.2, 0.3, 0.5]]).log()
+
+
+def test_nla_is_minus_log_acceptance_by_hand():
+    assert token_divergence(P, Q, "nla").item() == pytest.approx(0.3566749, abs=1e-6)  # -ln 0.7
+    disjoint = token_divergence(torch.tensor([[0.0, -math.inf]]), torch.tensor([[-math.inf, 0.0]]), "nla")
+    assert disjoint.item() == pytest.approx(11.5129255, abs=1e-4)  # alpha 0, floored at 1e-5 as speculators does
+
+
+def test_lk_is_speculators_hybrid_by_hand_with_no_gradient_through_its_weight():
+    q = Q.clone().requires_grad_()
+    lk = token_divergence(P, q, "lk")
+    assert lk.item() == pytest.approx(0.1224564 * 0.2748872 + 0.8775436 * 0.3, abs=1e-6)  # 0.2969248
+    lk.sum().backward()
+    q_kl, q_tv = Q.clone().requires_grad_(), Q.clone().requires_grad_()
+    (0.1224564 * token_divergence(P, q_kl, "forward_kl")).sum().backward()
+    (0.8775436 * token_divergence(P, q_tv, "tvd")).sum().backward()
+    torch.testing.assert_close(q.grad, q_kl.grad + q_tv.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_acceptance_objectives_of_a_reduced_draft_count_the_teachers_mass_off_its_support_as_rejected():
+    """p = (0.4, 0.3, 0.2, 0.1) over 4 target tokens, a draft over tokens {0, 1} with q = (0.5, 0.5): TVD =
+    (0.1 + 0.2 + 0.3) / 2 = 0.3, alpha 0.7; the credited forward KL is 0.4 ln(0.4 / 0.35) + 0.3 ln(0.3 / 0.35)."""
+    teacher, student, support = torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log(), torch.zeros(1, 2), torch.tensor([0, 1])
+    kl = 0.4 * math.log(0.4 / 0.35) + 0.3 * math.log(0.3 / 0.35)
+    assert support_token_divergence(teacher, student, support, "nla").item() == pytest.approx(-math.log(0.7), abs=1e-6)
+    lk = support_token_divergence(teacher, student, support, "lk").item()
+    assert lk == pytest.approx(math.exp(-2.1) * kl + (1 - math.exp(-2.1)) * 0.3, abs=1e-6)

@@ -93,7 +93,7 @@ class MaskedTeacher(LiveTeacher):
         return logits
 
 
-@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd", "jsd"])
+@pytest.mark.parametrize("kind", ["forward_kl", "reverse_kl", "tvd", "jsd", "nla", "lk"])
 @pytest.mark.parametrize("selection", ["batch", "quantile", "sequence", "global", "soft"])
 def test_minus_inf_teacher_logits_give_a_finite_loss_and_finite_gradients(models, kind, selection):
     cfg, batch, target, _, _ = models
@@ -108,9 +108,10 @@ def test_minus_inf_teacher_logits_give_a_finite_loss_and_finite_gradients(models
     assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
-def test_jsd_delta_uses_the_jsd_for_the_draft_and_the_reference(models):
+@pytest.mark.parametrize("kind", ["jsd", "nla", "lk"])
+def test_delta_uses_the_configured_divergence_for_the_draft_and_the_reference(models, kind):
     cfg, batch, target, reference, _ = models
-    module = selective(models, divergence="jsd", jsd_beta=0.3)  # the teacher built from distill.*
+    module = selective(models, divergence=kind, jsd_beta=0.3)  # the teacher built from distill.*
     with torch.no_grad():
         kl_draft, delta, mask = module.token_deltas(batch)
 
@@ -118,8 +119,8 @@ def test_jsd_delta_uses_the_jsd_for_the_draft_and_the_reference(models):
             return answer_logits(m(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits, mask)
 
         teacher = answer(target)
-        expected_draft = token_divergence(teacher, answer(module.student), "jsd", jsd_beta=0.3)
-        expected_ref = token_divergence(teacher, answer(reference), "jsd", jsd_beta=0.3)
+        expected_draft = token_divergence(teacher, answer(module.student), kind, jsd_beta=0.3)
+        expected_ref = token_divergence(teacher, answer(reference), kind, jsd_beta=0.3)
     assert mask.equal(answer_mask(batch["labels"]))
     torch.testing.assert_close(kl_draft, expected_draft)
     torch.testing.assert_close(delta, expected_draft - expected_ref)

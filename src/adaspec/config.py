@@ -44,6 +44,8 @@ class Divergence(StrEnum):
     reverse_kl = "reverse_kl"
     tvd = "tvd"
     jsd = "jsd"  # GKD's generalised JSD, distill.jsd_beta (adaspec.distill.divergence)
+    nla = "nla"  # -log of the expected acceptance 1 - TVD (vllm-project/speculators' `nla`)
+    lk = "lk"  # speculators' LK hybrid: exp(-3 sg[alpha]) KL(p || q) + (1 - exp(-3 sg[alpha])) TVD
 
 
 # the rules registered in adaspec.distill.selection (each one's docstring says what it keeps)

@@ -17,6 +17,14 @@ pushes the student's mass off the token.
 JSD_beta = beta KL(p || m) + (1 - beta) KL(q || m) for 0 < beta < 1, and by definition the forward KL
 KL(p || q) at beta = 0 and the reverse KL KL(q || p) at beta = 1 (the mixture formula itself tends to
 0 at both ends).
+
+`nla` and `lk` optimise acceptance itself, as vllm-project/speculators defines them (`losses/eager.py`,
+0.9.0): with alpha = 1 - TVD(p, q), the probability that speculative sampling accepts a draft token,
+`nla` = -log(max(alpha, 1e-5)) and `lk` (Samarin et al., arXiv 2602.23881, the hybrid) =
+lambda KL(p || q) + (1 - lambda) TVD(p, q) with lambda = exp(-3 alpha) and no gradient through lambda: KL's
+strong gradient while the draft is far off, TVD's acceptance-optimal one as it gets close. Over a reduced
+vocabulary they use the exact TVD (the teacher's mass off the support counts as rejected) and the credited
+forward KL below; from the top-K cache, the coarsened distributions described there.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from adaspec.config import Divergence
 from adaspec.distill.teacher_cache import topk_forward_kl
 
 TINY_LOG_PROB = math.log(torch.finfo(torch.float32).tiny)
+NLA_EPS = 1e-5  # speculators' floor on alpha in -log(alpha)
+LK_ETA = 3.0  # speculators' default blend temperature of the LK hybrid (the paper's best setting)
 
 
 def _kind(kind: str | Divergence, jsd_beta: float) -> str:
@@ -47,6 +57,12 @@ def _plogp_ratio(p: torch.Tensor, log_p: torch.Tensor, log_q: torch.Tensor) -> t
     """``p * (log_p - log_q)`` elementwise with 0 where ``p == 0`` (``log_p`` may then be -inf)."""
     positive = p > 0
     return torch.where(positive, p * (torch.where(positive, log_p, 0.0) - log_q), 0.0)
+
+
+def lk_hybrid(forward_kl: torch.Tensor, tvd: torch.Tensor) -> torch.Tensor:
+    """speculators' LK hybrid of a token's forward KL and TVD: lambda KL + (1 - lambda) TVD, lambda = exp(-3 sg[alpha])."""
+    weight = torch.exp(-LK_ETA * (1 - tvd).detach())
+    return weight * forward_kl + (1 - weight) * tvd
 
 
 def _from_log_probs(
@@ -68,6 +84,12 @@ def _from_log_probs(
     if kind == Divergence.tvd.value:
         tvd = 0.5 * (p - q).abs().sum(-1)
         return tvd if rest is None else tvd + 0.5 * rest
+    if kind in (Divergence.nla.value, Divergence.lk.value):  # acceptance alpha = 1 - TVD
+        tvd = _from_log_probs(log_p, log_q, Divergence.tvd.value, jsd_beta, rest)
+        alpha = 1 - tvd
+        if kind == Divergence.nla.value:
+            return -alpha.clamp_min(NLA_EPS).log()
+        return lk_hybrid(_from_log_probs(log_p, log_q, Divergence.forward_kl.value, jsd_beta, rest), tvd)
     if kind == Divergence.jsd.value:  # beta KL(p || m) + (1 - beta) KL(q || m), m = beta p + (1 - beta) q
         log_m = torch.logaddexp(log_q + math.log1p(-jsd_beta), log_p + math.log(jsd_beta))
         to_p = _plogp_ratio(p, log_p, log_m).sum(-1)
@@ -258,9 +280,16 @@ def topk_divergence(
     """Per-token divergence [T] of the student's logits from the teacher's top-K form (log-probabilities
     ``top_logp [T, K]`` of target ids ``top_ids [T, K]``, remaining mass ``rest [T]``). The forward KL (jsd
     at beta 0 included) is `teacher_cache.topk_forward_kl` or `support_topk_forward_kl` exactly; the other
-    divergences are taken on the coarsened distributions described above. `target_to_draft [V]` (a reduced
+    divergences are taken on the coarsened distributions described above (the LK hybrid: its forward KL as
+just said, its TVD coarsened). `target_to_draft [V]` (a reduced
     draft's id map, -1 outside its support) or None when the student's logits are over the target's ids."""
     kind = _kind(kind, jsd_beta)
+    if kind == Divergence.lk.value:  # its KL term with the forward KL's own convention, as everywhere else
+        def part(name: str) -> torch.Tensor:
+            return topk_divergence(top_logp, top_ids, rest, student_logits, name, target_to_draft=target_to_draft,
+                                   chunk_size=chunk_size, jsd_beta=jsd_beta)
+
+        return lk_hybrid(part(Divergence.forward_kl.value), part(Divergence.tvd.value))
     if kind == Divergence.forward_kl.value:
         if target_to_draft is None:
             return topk_forward_kl(top_logp, top_ids, rest, student_logits, chunk_size)
