@@ -68,7 +68,7 @@ def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = 
         tokenizer = AutoTokenizer.from_pretrained(draft_folder)
 
         def write(folder: Path) -> None:
-            write_hf_folder(draft, tokenizer, folder, dtype)
+            write_hf_folder(draft, tokenizer, folder)
     else:  # pragma: no cover - load_draft returns one of the two
         raise UserError(f"{draft_folder} holds a draft of kind {draft.kind!r}, which has no export format")
 

@@ -7,11 +7,8 @@ target's tokens, and neither runtime maps draft ids back, so it is refused with 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from adaspec.drafts.model import ModelDraft
 from adaspec.errors import UserError
@@ -33,11 +30,7 @@ def check_full_vocabulary(draft: ModelDraft, folder: Path, target_config: dict[s
         )
 
 
-def write_hf_folder(draft: ModelDraft, tokenizer, out: Path, dtype: torch.dtype | None) -> None:
-    model = draft.model if dtype is None else draft.model.to(dtype)
-    model.save_pretrained(out)
+def write_hf_folder(draft: ModelDraft, tokenizer, out: Path) -> None:
+    """The model as loaded (in the export's dtype: `load_draft` casts it) and its tokenizer."""
+    draft.model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    config = json.loads((out / "config.json").read_text())
-    for adaspec_only in ("target_vocab_size",):  # a reduced draft's marker: never in a full-vocabulary one
-        config.pop(adaspec_only, None)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
