@@ -13,6 +13,7 @@ import torch
 
 from adaspec import paths
 from adaspec.artefacts import read_meta
+from adaspec.drafts import load_draft
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage
 from adaspec.stages import STAGE_MODULES
@@ -65,6 +66,30 @@ def test_three_stages_end_to_end(tiny_cfg):
     assert (ada / "meta.json").stat().st_mtime_ns == stamp
     run_stage(tiny_cfg("stage=draft", "k=0.4", "stage.lr=0.01", "overwrite=true"))
     assert (ada / "meta.json").stat().st_mtime_ns != stamp
+
+
+def test_drafts_of_another_size_share_the_target_in_folders_of_their_own(tiny_trained):
+    """model.draft_name: a wider draft trains beside the preset's against the same target; a size change
+    without a new name is refused, not written over the preset's reference."""
+    wide = ("model.draft.hidden_size=96", "model.draft.intermediate_size=192", "model.draft_name=h96")
+    preset_ref = paths.final(paths.ref_dir(tiny_trained("stage=ref")))
+    stamp = (preset_ref / "meta.json").stat().st_mtime_ns
+    ref = run_stage(tiny_trained("stage=ref", *wide))
+    draft = run_stage(tiny_trained("stage=draft", "k=0.4", *wide))
+
+    assert (ref.parent.name, draft.parent.name) == ("ref-h96", "draft-k0.4-h96")
+    assert paths.draft_init_dir(tiny_trained(*wide)).name == "draft_init-h96"
+    assert paths.pretrain_draft_dir(tiny_trained(*wide)).name == "pretrain-draft-h96"
+    target = read_meta(paths.final(paths.target_dir(tiny_trained())))["weights"]
+    for final in (ref, draft):
+        assert read_meta(final)["upstream"]["target"] == target
+        assert "hidden_size: 96" in (final / "config.yaml").read_text()
+        assert load_draft(final).model.config.hidden_size == 96
+    assert read_meta(draft)["upstream"]["ref"] == read_meta(ref)["weights"]
+    assert (preset_ref / "meta.json").stat().st_mtime_ns == stamp
+    with pytest.raises(UserError, match="overwrite=true"):
+        run_stage(tiny_trained("stage=ref", *wide[:2]))
+    assert (preset_ref / "meta.json").stat().st_mtime_ns == stamp
 
 
 def test_global_selection_sets_and_logs_a_threshold(tiny_cfg):

@@ -262,6 +262,10 @@ class ModelConfig:
     # eagle3: the draft is one decoder layer at the target's width over its hidden states (adaspec.models.eagle3),
     # not built from `draft`; model.draft_vocab_size still sets its output vocabulary
     draft_kind: DraftKind = counted(DraftKind.model, when=_draft_build_key("draft_kind", "model"))
+    # a name for drafts built from another `draft` than the preset's (e.g. h256x6): their stage folders get
+    # the suffix -<draft_name>, so drafts of several sizes share one target and its caches. Only where they
+    # live: the fingerprint records `draft` itself
+    draft_name: str = counted("", when=never)
 
 
 @dataclass

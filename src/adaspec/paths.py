@@ -4,7 +4,8 @@
     <paths.root>/<task>/<model>/seed<seed>/pretrain-draft/       stage 0, the draft's, per seed
     <paths.root>/<task>/<model>/seed<target_seed>/target/        stage 1
     <paths.root>/<task>/<model>/seed<seed>/draft_init/final      the draft/reference initial weights
-    <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2 (ref-eagle3/ for an EAGLE-3 head, and so on)
+    <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2 (ref-eagle3/ for an EAGLE-3 head,
+                                                                 ref-h256x6/ for model.draft_name=h256x6, ...)
     <paths.root>/<task>/<model>/seed<seed>/draft-k<k>/           stage 3, one folder per k
 
 A stage folder holds `final/` (the save_pretrained artefact), `checkpoints/` and `logs/`. So
@@ -31,9 +32,11 @@ def _suffix(tag: str) -> str:
 
 
 def _kind(cfg: DictConfig) -> str:
-    """`-eagle3` on the folders of an EAGLE-3 head's stages (model.draft_kind): heads and independent drafts
-    share the target, its answers and caches, never a draft folder."""
-    return "-eagle3" if str(cfg.model.get("draft_kind", "model")) == "eagle3" else ""
+    """`-eagle3` on the folders of an EAGLE-3 head's stages (model.draft_kind), then `-<model.draft_name>`
+    where set (drafts of other sizes, e.g. `-h256x6`): every kind and size of draft shares the target, its
+    answers and caches, never a draft folder."""
+    kind = "-eagle3" if str(cfg.model.get("draft_kind", "model")) == "eagle3" else ""
+    return kind + _suffix(cfg.model.get("draft_name") or "")
 
 
 def _own_tag(cfg: DictConfig, stage: str) -> str:
@@ -103,7 +106,7 @@ def pretrain_target_dir(cfg: DictConfig) -> Path:
 
 
 def pretrain_draft_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / "pretrain-draft"
+    return _model_root(cfg) / f"seed{cfg.seed}" / f"pretrain-draft{_kind(cfg)}"
 
 
 def final(stage_folder: Path) -> Path:

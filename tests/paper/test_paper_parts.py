@@ -247,12 +247,20 @@ def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
 
 
 def test_wall_times_count_each_step_under_the_task_whose_plan_composes_it():
-    from adaspec.commands.paper import task_of_config
-    from adaspec.paper.plan import TASKS
+    from adaspec.commands.paper import task_of_step
+    from adaspec.paper.plan import TASKS, paper_plan
 
-    names = list(TASKS)
-    assert task_of_config("smollm2_gsm8k_matched", names) == "smollm2_gsm8k"
-    assert task_of_config("smollm2_gsm8k_beyond_jsd", names) == "smollm2_gsm8k_beyond"
-    assert task_of_config("smollm2_mbpp_optimal", names) == "smollm2_mbpp"
-    assert task_of_config("gsm8k_matched", names) == "gsm8k"
-    assert task_of_config("mbpp", names) == "mbpp"
+    tasks = list(TASKS.values())
+
+    def owner(config: str, *more: str) -> str:
+        return task_of_step(f"python -m adaspec.train paper={config} stage=draft seed=0 {' '.join(more)}", tasks)
+
+    assert owner("smollm2_gsm8k_matched") == "smollm2_gsm8k"
+    assert owner("smollm2_gsm8k_beyond_jsd") == "smollm2_gsm8k_beyond"
+    assert owner("smollm2_mbpp_optimal") == "smollm2_mbpp"
+    assert owner("gsm8k_matched") == "gsm8k"
+    assert owner("mbpp") == "mbpp"
+    # the capacity sweep's sizes share config files and the target: each draft's step is counted under its size
+    for task in (t for t in tasks if t.draft_overrides):
+        steps = [s for s in paper_plan([task], [0, 1], sweeps=False) if "stage=target" not in s.overrides]
+        assert {task_of_step(s.command(), tasks) for s in steps if s.kind != "cache"} == {task.name}

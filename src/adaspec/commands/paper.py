@@ -21,10 +21,10 @@ no_tokenizer_parallelism()
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.paper.plan import DEFAULT_TASKS, TASKS
+    from adaspec.paper.plan import DEFAULT_TASKS, GROUPS, TASKS
 
     parser = argparse.ArgumentParser(prog="python -m adaspec.commands.paper", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=[*TASKS, *GROUPS])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument(
         "--no-sweeps", dest="sweeps", action="store_false", help="skip the k and gamma sweeps"
@@ -37,7 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "overrides", nargs="*", help="Hydra overrides applied to every step, e.g. paths.root=/scratch"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.tasks = [name for group in args.tasks for name in GROUPS.get(group, (group,))]
+    return args
 
 
 def _results_of(step, extra: list[str]) -> Path:
@@ -100,14 +102,14 @@ def collect(
     for task in tasks:
         per_seed = {}
         for seed in seeds:
-            step = Step("eval", (f"paper={task.name}", f"seed={seed}"))
+            step = Step("eval", (*task.args(), f"seed={seed}"))
             if (results := _collected(step, extra, out / task.name / f"seed{seed}" / "main.json")) is not None:
                 per_seed[seed] = results
         if per_seed:
             summary[task.name] = summarise_task(task, per_seed)
         sampled = {}
         for seed in seeds if task.sampled_eval else []:
-            step = Step("eval", (f"paper={task.name}", f"seed={seed}", *SAMPLED_EVAL))
+            step = Step("eval", (*task.args(), f"seed={seed}", *SAMPLED_EVAL))
             if (results := _collected(step, extra, out / task.name / f"seed{seed}" / "t1.json")) is not None:
                 sampled[seed] = results
         if sampled:
@@ -137,19 +139,55 @@ def collect(
             "no finished evaluation to collect yet: run `make paper` (python -m adaspec.commands.paper) first"
         )
     write_summary(out, summary, sweep_tables)
+    images += _scaling_tables(summary, out)
     print((out / "summary.md").read_text())
     print(f"[paper] wrote {out / 'summary.json'}, {out / 'summary.md'} and {len(images)} plots")
     return summary, images
 
 
-def task_of_config(paper_config: str, task_names: list[str]) -> str:
-    """The task whose plan composes `paper=<paper_config>`: the longest task name it is or extends with "_"
-    (smollm2_gsm8k_matched -> smollm2_gsm8k, smollm2_gsm8k_beyond_jsd -> smollm2_gsm8k_beyond)."""
-    owners = [n for n in task_names if paper_config == n or paper_config.startswith(n + "_")]
-    return max(owners, key=len) if owners else paper_config
+def _scaling_tables(summary: dict[str, Any], out: Path) -> list[Path]:
+    """The capacity experiment's and the stage-0 data experiment's tables (<group>.json, .md) and plots
+    (<group>.png), where their tasks are summarised."""
+    # imported after the arguments are parsed, so --help and argument errors answer at once
+    from adaspec.paper.capacity import capacity_markdown, capacity_rows, plot_capacity
+    from adaspec.paper.plan import CAPACITY_GROUP, GROUPS, STAGE0_GROUP
+    from adaspec.paper.stage0_tokens import plot_stage0, stage0_markdown, stage0_rows
+
+    images = []
+    if rows := capacity_rows(summary, list(GROUPS[CAPACITY_GROUP])):
+        write_json_atomically(out / f"{CAPACITY_GROUP}.json", rows)
+        write_text_atomically(out / f"{CAPACITY_GROUP}.md", capacity_markdown(rows) + "\n")
+        print((out / f"{CAPACITY_GROUP}.md").read_text())
+        title = "Where selection wins: AdaSPEC - DistillSpec by draft size (greedy alpha)"
+        images.append(plot_capacity(rows, title, out / f"{CAPACITY_GROUP}.png"))
+    # the data-scaling group: worth a curve once a task other than the shared preset-size one is summarised
+    if len(rows := stage0_rows(summary, list(GROUPS[STAGE0_GROUP]))) > 1:
+        write_json_atomically(out / f"{STAGE0_GROUP}.json", rows)
+        write_text_atomically(out / f"{STAGE0_GROUP}.md", stage0_markdown(rows) + "\n")
+        print((out / f"{STAGE0_GROUP}.md").read_text())
+        images.append(plot_stage0(rows, out / f"{STAGE0_GROUP}.png"))
+    return images
 
 
-def wall_times(root: Path, out: Path, task_names: list[str]) -> dict[str, float]:
+def task_of_step(step: str, tasks) -> str:
+    """The task whose plan composes the logged step `step`: of the tasks whose overrides it carries, the one
+    with the longest config name it is or extends with "_" (smollm2_gsm8k_matched -> smollm2_gsm8k,
+    smollm2_gsm8k_beyond_jsd -> smollm2_gsm8k_beyond, a capacity step with model.draft_name=h256x6 -> that
+    size's task); its own config name where none does."""
+    args = step.split()
+    config = next(a.split("=", 1)[1] for a in args if a.startswith("paper="))
+
+    def owns(task) -> bool:
+        name = task.config or task.name
+        return (config == name or config.startswith(name + "_")) and all(o in args for o in task.draft_overrides)
+
+    owners = [t for t in tasks if owns(t)]
+    if not owners:
+        return config
+    return max(owners, key=lambda t: (len(t.config or t.name), len(t.draft_overrides))).name
+
+
+def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:
     """Seconds spent on the steps that ran, per task, over the run's whole log (copied next to the results;
     one line per step, with its seed)."""
     log = root / "paper_log.jsonl"
@@ -159,8 +197,7 @@ def wall_times(root: Path, out: Path, task_names: list[str]) -> dict[str, float]
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         if entry["ran"]:
-            config = next(a.split("=", 1)[1] for a in entry["step"].split() if a.startswith("paper="))
-            task = task_of_config(config, task_names)
+            task = task_of_step(entry["step"], tasks)
             totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
     write_text_atomically(out / "paper_log.jsonl", log.read_text())
     write_json_atomically(out / "wall_times.json", totals)
@@ -194,9 +231,9 @@ def main(argv: list[str] | None = None) -> None:
         from adaspec.paper.wandb_summary import log_paper
 
         # the run's logger and paths.root, as every step composes them
-        run_cfg = compose_step(Step("eval", (f"paper={tasks[0].name}",)), args.overrides)
+        run_cfg = compose_step(Step("eval", tasks[0].args()), args.overrides)
         log_paper(run_cfg, summary, images)
-        times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS))
+        times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS.values()))
         print(f"[paper] wall time of the steps that ran, per task (s): {times}")
 
 

@@ -67,6 +67,7 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
     drafts = {
         row: {
             "label": first["drafts"][row]["label"],
+            "parameters": first["drafts"][row].get("parameters"),
             **{m: describe([per_seed[s]["drafts"][row][m] for s in seeds]) for m in METRICS},
         }
         for row in rows

@@ -51,6 +51,15 @@ class TaskPlan:
     # file suffixes of extra arms that read another teacher cache (other answers), built after the task's own
     extra_caches: tuple[str, ...] = ()
     versus_arm_a: bool = False  # also compare every extra arm with arm (a) at the same k (issue 15's arms)
+    # tasks that share config files and differ by the draft (the capacity sweep's sizes): config is the files'
+    # <name> ("": the task's name); draft_overrides follow `paper=<config><suffix>` on every step of the draft's
+    # (stage 0, stages 2-3, evaluation), never on the target's and its cache's, which all sizes share
+    config: str = ""
+    draft_overrides: tuple[str, ...] = ()
+
+    def args(self, suffix: str = "") -> tuple[str, ...]:
+        """The overrides that compose this task's draft-side config, or its arm's from <config><suffix>.yaml."""
+        return (f"paper={self.config or self.name}{suffix}", *self.draft_overrides)
 
 
 def _k(k: float) -> str:
@@ -58,39 +67,40 @@ def _k(k: float) -> str:
 
 
 def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
-    base, matched = f"paper={task.name}", f"paper={task.name}_matched"
+    base, matched = task.args(), task.args("_matched")
+    shared = f"paper={task.config or task.name}"  # the target's side, which every draft size shares
     steps: list[Step] = []
     if task.pretrain:
-        steps.append(Step("pretrain", (base, "stage=pretrain_target")))
-    target = f"paper={task.target_config or task.name}"
-    steps += [Step("train", (target, "stage=target")), Step("cache", (base,))]
+        steps.append(Step("pretrain", (shared, "stage=pretrain_target")))
+    steps += [Step("train", (f"paper={task.target_config}" if task.target_config else shared, "stage=target")),
+              Step("cache", (shared,))]
     # composed as the arm's drafts are (stage=draft): its stage.tag names the drafts, not another target
-    steps += [Step("cache", (f"paper={task.name}{suffix}", "stage=draft")) for suffix in task.extra_caches]
+    steps += [Step("cache", (f"{shared}{suffix}", "stage=draft")) for suffix in task.extra_caches]
     for seed in seeds:
         s = f"seed={seed}"
         if task.pretrain or task.draft_stage0:
-            steps.append(Step("pretrain", (base, "stage=pretrain_draft", s)))
-        steps.append(Step("train", (base, "stage=ref", s)))
-        steps += [Step("train", (base, "stage=draft", s, _k(k))) for k in task.draft_ks]
-        steps += [Step("train", (matched, "stage=draft", s, _k(k))) for k in task.matched_ks]
+            steps.append(Step("pretrain", (*base, "stage=pretrain_draft", s)))
+        steps.append(Step("train", (*base, "stage=ref", s)))
+        steps += [Step("train", (*base, "stage=draft", s, _k(k))) for k in task.draft_ks]
+        steps += [Step("train", (*matched, "stage=draft", s, _k(k))) for k in task.matched_ks]
         for suffix, ks in task.extra_arms:
-            steps += [Step("train", (f"paper={task.name}{suffix}", "stage=draft", s, _k(k))) for k in ks]
-        steps.append(Step("eval", (base, s)))
+            steps += [Step("train", (*task.args(suffix), "stage=draft", s, _k(k))) for k in ks]
+        steps.append(Step("eval", (*base, s)))
         if task.sampled_eval:
-            steps.append(Step("eval", (base, s, *SAMPLED_EVAL)))
+            steps.append(Step("eval", (*base, s, *SAMPLED_EVAL)))
     return steps
 
 
 def sweep_steps(task: TaskPlan, seed: int) -> list[Step]:
-    base, s = f"paper={task.name}", f"seed={seed}"
+    base, s = task.args(), f"seed={seed}"
     ks = ",".join(f"{k:g}" for k in K_SWEEP)
     ada_k = task.draft_ks[0]
-    steps = [Step("train", (base, "stage=draft", s, _k(k))) for k in K_SWEEP]
+    steps = [Step("train", (*base, "stage=draft", s, _k(k))) for k in K_SWEEP]
     only = (s, "eval.draft_tags=['']", SWEEP_PROMPTS)
-    steps.append(Step("eval", (base, *only, f"eval.draft_ks=[{ks}]", "eval.name=ksweep")))
+    steps.append(Step("eval", (*base, *only, f"eval.draft_ks=[{ks}]", "eval.name=ksweep")))
     pair = f"eval.draft_ks=[{ada_k:g},1.0]"
-    steps += [Step("eval", (base, *only, pair, f"gamma={g}", "eval.name=gsweep")) for g in GAMMA_SWEEP]
-    steps.append(Step("eval", (base, *only, pair, "decode=adaptive", "eval.name=gsweep")))
+    steps += [Step("eval", (*base, *only, pair, f"gamma={g}", "eval.name=gsweep")) for g in GAMMA_SWEEP]
+    steps.append(Step("eval", (*base, *only, pair, "decode=adaptive", "eval.name=gsweep")))
     return steps
 
 
@@ -128,5 +138,56 @@ TASKS = {
         "smollm2_gsm8k_beyond", draft_ks=(0.4, 1.0), matched_ks=(), target_config="smollm2_gsm8k_target",
         extra_arms=BEYOND_ARMS, extra_caches=("_dataset",), sweeps=False, versus_arm_a=True, draft_stage0=True,
     ),
+}
+# Issue 31's capacity experiment (and issue 30's sweep): one config, one target, several drafts (each a task);
+# sizes from the preset's Llama 128x4 (1.9M parameters at the 8,192-token vocabulary) to 384x8 (18.5M), and
+# the EAGLE-3 head (9.8M, no stage 0) as demo-real trains it
+CAPACITY_ARMS = (("_nla", (0.4, 1.0)), ("_lk", (0.4, 1.0)))
+
+
+def _capacity(name: str, *draft_overrides: str, stage0: bool = True) -> TaskPlan:
+    return TaskPlan(
+        f"smollm2_gsm8k_capacity_{name}", draft_ks=(0.4, 1.0), matched_ks=(), config="smollm2_gsm8k_capacity",
+        target_config="smollm2_gsm8k_capacity_target", extra_arms=CAPACITY_ARMS, sweeps=False, versus_arm_a=True,
+        draft_stage0=stage0, draft_overrides=draft_overrides,
+    )
+
+
+def _llama(width: int, layers: int) -> tuple[str, ...]:
+    return (f"model.draft.hidden_size={width}", f"model.draft.num_hidden_layers={layers}",
+            f"model.draft.num_attention_heads={width // 64}", f"model.draft.intermediate_size={3 * width}",
+            f"model.draft_name=h{width}x{layers}")
+
+
+CAPACITY = (
+    _capacity("h128"),  # the preset's own draft: no overrides, its folders unnamed
+    _capacity("h256", *_llama(256, 6)),
+    _capacity("h384", *_llama(384, 8)),
+    _capacity("head", "model.draft_kind=eagle3", "pretrain=none", "distill.ttt_passes=3", stage0=False),
+)
+
+# Issue 30: is the preset's draft data- or capacity-limited? Its DistillSpec draft after stage 0 on a quarter,
+# all (the capacity experiment's h128 task itself) and twice the code and task prompts, and with no stage 0
+def _stage0_share(share: float) -> TaskPlan:
+    only_distillspec = ("eval.draft_ks=[1.0]", "eval.draft_tags=['']")
+    if share == 0:
+        name, more = "none", ("pretrain=none",)
+    else:
+        name, more = f"x{share:g}", (f"pretrain.max_chars={int(400_000 * share)}",
+                                     f"pretrain.task_prompts={int(2000 * share)}")
+    return TaskPlan(
+        f"smollm2_gsm8k_stage0_{name}", draft_ks=(1.0,), matched_ks=(), config="smollm2_gsm8k_capacity",
+        target_config="smollm2_gsm8k_capacity_target", sweeps=False, draft_stage0=share > 0,
+        draft_overrides=(*more, f"model.draft_name=stage0-{name}", *only_distillspec),
+    )
+
+
+STAGE0_TOKENS = (_stage0_share(0), _stage0_share(0.25), CAPACITY[0], _stage0_share(2))
+TASKS.update({task.name: task for task in (*CAPACITY, *STAGE0_TOKENS)})
+# --tasks names that stand for several tasks
+CAPACITY_GROUP, STAGE0_GROUP = "smollm2_gsm8k_capacity", "smollm2_gsm8k_stage0_tokens"
+GROUPS = {
+    CAPACITY_GROUP: tuple(task.name for task in CAPACITY),
+    STAGE0_GROUP: tuple(task.name for task in STAGE0_TOKENS),
 }
 DEFAULT_TASKS = ("gsm8k", "mbpp")
