@@ -34,21 +34,25 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     modules = [m for m, _ in commands]
     assert modules == ["adaspec.commands.models", "adaspec.commands.train", "adaspec.commands.answers",
                        "adaspec.commands.cache", "adaspec.commands.train", "adaspec.commands.train",
-                       "adaspec.commands.train", "adaspec.commands.evaluate"]
+                       "adaspec.commands.evaluate"]
     configs = [checked_config(*overrides) for module, overrides in commands if module != "adaspec.commands.models"]
-    target, _, cache, ref, draft04, draft1, evaluation = configs
+    target, _, cache, ref, draft04, evaluation = configs
     assert target.stage.name == "target" and target.stage.max_steps == 0 and str(target.model.name) == "smollm2"
-    assert ref.stage.name == "ref" and draft04.k == 0.4 and draft1.k == 1.0
+    assert ref.stage.name == "ref" and draft04.k == 0.4
     for cfg in configs:
         assert cfg.distill.data == "target" and cfg.task.prompt_format == "chat"
         assert paths.target_dir(cfg) == paths.target_dir(target)
-    for cfg in (ref, draft04, draft1, evaluation):  # the best draft per CPU-hour: an EAGLE-3 head, 3 TTT passes
+    for cfg in (ref, draft04, evaluation):  # the best draft per CPU-hour: an EAGLE-3 head, 3 TTT passes
         assert cfg.model.draft_kind == "eagle3" and cfg.pretrain.corpus == "none" and cfg.distill.ttt_passes == 3
+    # the reference and the AdaSPEC head train alike (but for the selection), under bfloat16 autocast
+    assert {**ref.stage, "name": "draft"} == {**draft04.stage} and ref.trainer == draft04.trainer
+    assert ref.trainer.precision == "bf16-mixed"
     assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
-    assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(draft1)
-    assert {paths.draft_dir(evaluation, k) for k in evaluation.eval.draft_ks} == {
-        paths.draft_dir(draft04), paths.draft_dir(draft1)
-    }
+    assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(evaluation)
+    # DistillSpec is the reference itself (tests/evaluation/test_reference_row.py): evaluated, not retrained
+    assert evaluation.eval.reference and list(evaluation.eval.draft_ks) == [0.4]
+    assert evaluation.eval.timed_prompts == 4 and evaluation.decode.temperature == 0  # the rest replayed exactly
+    assert paths.draft_dir(evaluation, 0.4) == paths.draft_dir(draft04)
 
 
 def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_and_data():
@@ -73,4 +77,4 @@ def test_bench_real_reads_demo_real_drafts():
     (module, overrides), = recipe("bench-real")
     cfg = checked_config(*overrides)
     assert module == "adaspec.commands.bench_real" and cfg.model.draft_kind == "eagle3"
-    assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))
+    assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))  # the reference's command

@@ -454,6 +454,10 @@ class EvalConfig:
     # {dataset: dataset} beside drafts on the target's answers
     tag_data: dict[str, DistillData] = field(default_factory=dict)
     name: str = ""  # suffix of the results folder, e.g. eval/greedy-g5-ksweep, to keep evaluations apart
+    # also evaluate the stage-2 reference (row `ref`). It is DistillSpec: stage 3 at k = 1 with the
+    # reference's stage settings reproduces its weights bit for bit, so draft_ks=[0.4] with reference=true
+    # compares AdaSPEC with DistillSpec without training the reference twice
+    reference: bool = False
     compare_hf_assisted: bool = True
     # Acceptance against gamma (fixed gamma). Greedy decoding replays the target's output against the
     # draft's predictions, exactly and for all prompts at the cost of one draft forward per prompt;

@@ -76,12 +76,20 @@ def setting_name(decode: DictConfig) -> str:
     return f"{mode}{'' if policy == 'fixed' else '-' + policy}-g{decode.gamma}"
 
 
+# eval.reference: the stage-2 reference's row. It is DistillSpec: forward KL on every token from the drafts'
+# initialisation, which stage 3 at k = 1 with the reference's stage settings reproduces bit for bit
+REFERENCE = "ref"
+
+
 def draft_name(k: float, quant: str = "none", tag: str = "") -> str:
-    """Row name in results.json: `k0.4`, `k0.4-matched`, `k0.4-int8`."""
-    return f"k{paths.format_k(k)}" + (f"-{tag}" if tag else "") + ("" if quant == "none" else f"-{quant}")
+    """Row name in results.json: `k0.4`, `k0.4-matched`, `k0.4-int8`; `ref` for the reference."""
+    name = REFERENCE if tag == REFERENCE else f"k{paths.format_k(k)}" + (f"-{tag}" if tag else "")
+    return name + ("" if quant == "none" else f"-{quant}")
 
 
 def draft_label(k: float, quant: str = "none", tag: str = "") -> str:
+    if tag == REFERENCE:
+        return "DistillSpec (the reference)" + ("" if quant == "none" else f" {quant}")
     method = "DistillSpec" if float(k) == 1.0 else "AdaSPEC"
     return (
         f"{method} k={paths.format_k(k)}"
@@ -97,7 +105,8 @@ def results_dir(cfg: DictConfig) -> Path:
 
 def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]]]:
     """The target's `final/` folder and (k, tag, `final/`) of each draft of eval.draft_ks x eval.draft_tags
-    (eval.tag_ks: a tag's own ks); a UserError naming the make command if one is missing."""
+    (eval.tag_ks: a tag's own ks) and, with eval.reference, of the reference (1.0, "ref", ...); a UserError
+    naming the make command if one is missing."""
     target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
     drafts: list[tuple[float, str, Path]] = []
     for tag in cfg.eval.draft_tags:
@@ -112,6 +121,14 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
                     f'overwrite=true"` (and stage2 first if the reference is stale too)'
                 )
             drafts.append((float(k), tag, paths.final(folder)))
+    if cfg.eval.reference:
+        folder = paths.ref_dir(cfg)
+        if require_artefact(folder, "ref", "evaluate", cfg)["upstream"].get("target") != target_meta["weights"]:
+            raise UserError(
+                f"the reference {paths.final(folder)} was distilled from another target than "
+                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
+            )
+        drafts.append((1.0, REFERENCE, paths.final(folder)))
     if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts
