@@ -178,13 +178,13 @@ def task_of_step(step: str, tasks) -> str:
     config = next(a.split("=", 1)[1] for a in args if a.startswith("paper="))
 
     def owns(task) -> bool:
-        name = task.config or task.name
-        return (config == name or config.startswith(name + "_")) and all(o in args for o in task.draft_overrides)
+        return (config == task.files or config.startswith(task.files + "_")) and all(
+            o in args for o in task.draft_overrides)
 
     owners = [t for t in tasks if owns(t)]
     if not owners:
         return config
-    return max(owners, key=lambda t: (len(t.config or t.name), len(t.draft_overrides))).name
+    return max(owners, key=lambda t: (len(t.files), len(t.draft_overrides))).name
 
 
 def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:

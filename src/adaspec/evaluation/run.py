@@ -108,27 +108,27 @@ def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]
     (eval.tag_ks: a tag's own ks) and, with eval.reference, of the reference (1.0, "ref", ...); a UserError
     naming the make command if one is missing."""
     target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+
+    def from_this_target(folder: Path, what: str, retrain: str, meta: dict) -> Path:
+        if meta["upstream"].get("target") != target_meta["weights"]:
+            raise UserError(
+                f"the {what} {paths.final(folder)} was distilled from another target than "
+                f"{paths.final(paths.target_dir(cfg))}; retrain it with {retrain}"
+            )
+        return paths.final(folder)
+
     drafts: list[tuple[float, str, Path]] = []
     for tag in cfg.eval.draft_tags:
         for k in cfg.eval.tag_ks.get(tag, cfg.eval.draft_ks):
             folder = paths.draft_dir(cfg, k, tag, cfg.eval.tag_data.get(tag))
             args = f" k={paths.format_k(k)}" + (f" stage.tag={tag}" if tag else "")
             meta = require_artefact(folder, "draft", "evaluate", cfg, args)
-            if meta["upstream"].get("target") != target_meta["weights"]:
-                raise UserError(
-                    f"the draft {paths.final(folder)} was distilled from another target than "
-                    f'{paths.final(paths.target_dir(cfg))}; retrain it with `make stage3 ARGS="{args.strip()} '
-                    f'overwrite=true"` (and stage2 first if the reference is stale too)'
-                )
-            drafts.append((float(k), tag, paths.final(folder)))
+            retrain = f'`make stage3 ARGS="{args.strip()} overwrite=true"` (and stage2 first if the reference is stale too)'
+            drafts.append((float(k), tag, from_this_target(folder, "draft", retrain, meta)))
     if cfg.eval.reference:
         folder = paths.ref_dir(cfg)
-        if require_artefact(folder, "ref", "evaluate", cfg)["upstream"].get("target") != target_meta["weights"]:
-            raise UserError(
-                f"the reference {paths.final(folder)} was distilled from another target than "
-                f"{paths.final(paths.target_dir(cfg))}; retrain it with `make stage2` and overwrite=true"
-            )
-        drafts.append((1.0, REFERENCE, paths.final(folder)))
+        meta = require_artefact(folder, "ref", "evaluate", cfg)
+        drafts.append((1.0, REFERENCE, from_this_target(folder, "reference", "`make stage2` and overwrite=true", meta)))
     if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
     return paths.final(paths.target_dir(cfg)), drafts

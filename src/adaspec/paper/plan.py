@@ -57,9 +57,14 @@ class TaskPlan:
     config: str = ""
     draft_overrides: tuple[str, ...] = ()
 
+    @property
+    def files(self) -> str:
+        """The <name> of the task's experiments/paper/<name>*.yaml."""
+        return self.config or self.name
+
     def args(self, suffix: str = "") -> tuple[str, ...]:
         """The overrides that compose this task's draft-side config, or its arm's from <config><suffix>.yaml."""
-        return (f"paper={self.config or self.name}{suffix}", *self.draft_overrides)
+        return (f"paper={self.files}{suffix}", *self.draft_overrides)
 
 
 def _k(k: float) -> str:
@@ -68,7 +73,7 @@ def _k(k: float) -> str:
 
 def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
     base, matched = task.args(), task.args("_matched")
-    shared = f"paper={task.config or task.name}"  # the target's side, which every draft size shares
+    shared = f"paper={task.files}"  # the target's side, which every draft size shares
     steps: list[Step] = []
     if task.pretrain:
         steps.append(Step("pretrain", (shared, "stage=pretrain_target")))
