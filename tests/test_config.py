@@ -110,6 +110,7 @@ def test_unread_name_keys_are_gone():
         ("k=1.5", "`k`"),
         ("k=0", "`k`"),
         ("stage.lr=-0.1", "`stage.lr`"),
+        ("stage.tag=ref", "`stage.tag`='ref' is invalid: 'ref' names the reference's row"),
         ("gamma=0", "`gamma`"),
         ("stage.warmup_frac=1.2", "`stage.warmup_frac`"),
         ("task.max_length=4", "`task.max_length`"),

@@ -23,6 +23,7 @@ from adaspec.config import (
 )
 from adaspec.errors import UserError
 from adaspec.models.attention import check_attn_implementation
+from adaspec.paths import REFERENCE_TAG
 
 GAMMA_RANGE = (1, 32)  # draft tokens per block; beyond ~10 almost no block is accepted whole
 
@@ -94,6 +95,8 @@ def _validate_model(model: DictConfig) -> None:
 
 
 def _validate_stage(stage: DictConfig) -> None:
+    _check(stage.tag != REFERENCE_TAG, "stage.tag", stage.tag,
+           f"'{REFERENCE_TAG}' names the reference's row in eval.draft_tags: choose another tag")
     _check(stage.lr > 0, "stage.lr", stage.lr, "must be > 0")
     _check(stage.weight_decay >= 0, "stage.weight_decay", stage.weight_decay, "must be >= 0")
     for key in ("batch_size", "max_epochs", "accumulate_grad_batches", "checkpoint_every_n_steps"):

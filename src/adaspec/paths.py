@@ -21,6 +21,8 @@ from omegaconf import DictConfig
 
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+# eval.draft_tags' name for the stage-2 reference's row, so no trained draft may carry it as stage.tag
+REFERENCE_TAG = "ref"
 
 
 def _model_root(cfg: DictConfig) -> Path:

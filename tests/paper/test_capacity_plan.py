@@ -46,8 +46,11 @@ def test_the_group_name_runs_every_size_and_each_size_trains_its_own_drafts_agai
         # equal optimiser steps and sequences in every arm
         assert (c.stage.max_epochs, c.stage.max_steps, c.stage.batch_size) == (3, -1, 16)
         assert not c.distill.match_token_budget
-    for step in (s for s in steps if s.kind == "eval"):
-        ev = compose_step(step, [])
+    evaluations = [compose_step(s, []) for s in steps if s.kind == "eval"]
+    # per size and seed: greedy on 40 prompts, then temperature 1 on 20 (issue 31's item 3)
+    assert sorted((e.decode.temperature, e.eval.n_prompts, e.eval.name) for e in evaluations) == (
+        [(0.0, 40, "capacity")] * 8 + [(1.0, 20, "t1")] * 8)
+    for ev in evaluations:
         evaluated = {paths.draft_dir(ev, k, tag) for tag in ev.eval.draft_tags for k in ev.eval.draft_ks}
         trained = {paths.draft_dir(c) for c in drafts if c.seed == ev.seed and c.model.draft == ev.model.draft
                    and c.model.draft_kind == ev.model.draft_kind}
@@ -87,7 +90,12 @@ def test_a_size_of_the_capacity_plan_runs_end_to_end_beside_the_preset_draft(tmp
     assert len(heads) == (6 if size == "head" else 0)
     # the answer's table and plot: a row per size and loss, with the draft's parameters
     rows = json.loads((tmp_path / "results" / f"{CAPACITY}.json").read_text())
-    assert {(r["task"], r["loss"]) for r in rows} == {(t.name, loss) for t in tasks for loss in LOSSES.values()}
+    assert [(r["task"], r["decoding"], r["loss"]) for r in rows] == [
+        (t.name, decoding, loss) for t in tasks for decoding in ("greedy", "t=1") for loss in LOSSES.values()]
+    for t in tasks:
+        assert set(summary[f"{t.name} t=1"]["drafts"]) == set(summary[t.name]["drafts"])
+        sampled = json.loads((tmp_path / "results" / t.name / "seed0" / "t1.json").read_text())
+        assert sampled["decode"]["temperature"] == 1.0 and sampled["n_prompts"] == 2
     assert all(r["parameters"] > 0 and r["adaspec_minus_distillspec"]["n"] == 1 for r in rows)
     assert (tmp_path / "results" / f"{CAPACITY}.png").stat().st_size > 10_000
 

@@ -93,7 +93,7 @@ def collect(
     and the plots."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
-    from adaspec.paper.plan import SAMPLED_EVAL, Step, sweep_steps
+    from adaspec.paper.plan import Step, sweep_steps
     from adaspec.paper.sweep_plots import plot_gamma_sweep, plot_k_sweep
 
     summary: dict[str, Any] = {}
@@ -109,7 +109,7 @@ def collect(
             summary[task.name] = summarise_task(task, per_seed)
         sampled = {}
         for seed in seeds if task.sampled_eval else []:
-            step = Step("eval", (*task.args(), f"seed={seed}", *SAMPLED_EVAL))
+            step = Step("eval", (*task.args(), f"seed={seed}", *task.sampled_eval))
             if (results := _collected(step, extra, out / task.name / f"seed{seed}" / "t1.json")) is not None:
                 sampled[seed] = results
         if sampled:

@@ -110,14 +110,18 @@ class Eagle3Draft(Draft):
         session = self.start(prompt, width)
         session.read_target(self.features(context[:-1].view(1, -1))[0])
 
+        # position -> (proposals examined, how many of them matched): the replay asks for the same positions at
+        # every gamma it walks, and a run stopped at its first miss answers every larger gamma too
+        runs: dict[int, tuple[int, int]] = {}
+
         def block(position: int, gamma: int) -> tuple[int, int]:
-            length = prompt.shape[1] + position
-            session.cache.crop(length)  # the features of the whole output stay
-            proposals = session.propose(context[:length], gamma, 0.0, None)[0].tolist()
-            n = 0
-            while n < len(proposals) and position + n < len(tokens) and proposals[n] == tokens[position + n]:
-                n += 1
-            return len(proposals), n
+            examined, n = runs.get(position, (0, 0))
+            if n == examined < gamma:
+                length = prompt.shape[1] + position
+                session.cache.crop(length)  # the features of the whole output stay
+                examined, n = gamma, session.matching_run(context[:length], tokens[position:], gamma)
+                runs[position] = examined, n
+            return gamma, min(n, gamma)
 
         return block
 
@@ -181,30 +185,45 @@ class _Eagle3Session:
 
     def propose(self, context: Tensor, gamma: int, temperature: float, generator: torch.Generator | None):
         length = context.shape[0]
-        support = self.head.config.draft_vocab_size
-        vocab = None if self.draft.vocab is None else self.draft.vocab.to(context.device)
-        out, logits = self.catch_up(context, length)
-        proposals, probs = [], []
-        for i in range(gamma):
-            logits = logits[:support]
-            if temperature == 0:
-                token = logits.argmax(-1, keepdim=True)
-            else:
-                probs.append(torch.softmax(logits.float() / temperature, dim=-1))
-                token = torch.multinomial(probs[-1], 1, generator=generator)
-            token = token if vocab is None else vocab.to_target(token)
-            proposals.append(token)
-            if i + 1 < gamma:  # the head goes on from its own output at the previous position
-                step_out, step_logits = self.head(out.view(1, 1, -1), token.view(1, 1), self.cache)
-                out, logits = step_out[0, -1], step_logits[0, -1]
+        chain = self._chain(context, temperature, generator)
+        drawn = [next(chain) for _ in range(gamma)]
         self.cache.crop(length)  # only real pairs stay
-        tokens = torch.cat(proposals) if proposals else context.new_empty(0)
+        tokens = torch.cat([token for token, _ in drawn]) if drawn else context.new_empty(0)
         if temperature == 0:
             return tokens, None
-        if not probs:
+        if not drawn:
             return tokens, torch.zeros(0, self.width, device=context.device)
-        q = torch.stack(probs)  # [n, support]: the full vocabulary when there is no id map
-        return tokens, q if vocab is None else vocab.scatter(q)
+        q = torch.stack([p for _, p in drawn])  # [n, support]: the full vocabulary when there is no id map
+        return tokens, q if self.draft.vocab is None else self.draft.vocab.to(context.device).scatter(q)
+
+    def matching_run(self, context: Tensor, expected: list[int], limit: int) -> int:
+        """How many of the head's greedy proposals after `context` (at most `limit`) equal `expected` in
+        order: `propose`'s greedy chain, stopped at its first miss."""
+        chain, n = self._chain(context, 0.0, None), 0
+        while n < min(limit, len(expected)) and int(next(chain)[0]) == expected[n]:
+            n += 1
+        self.cache.crop(context.shape[0])
+        return n
+
+    def _chain(self, context: Tensor, temperature: float, generator: torch.Generator | None):
+        """The head's proposals after `context`, one (target id [1], its draft distribution or None) per
+        `next`: the head steps on its own output only when the next proposal is asked for. The caller crops
+        the cache back to the real pairs."""
+        support = self.head.config.draft_vocab_size
+        vocab = None if self.draft.vocab is None else self.draft.vocab.to(context.device)
+        out, logits = self.catch_up(context, context.shape[0])
+        while True:
+            logits = logits[:support]
+            if temperature == 0:
+                probs, token = None, logits.argmax(-1, keepdim=True)
+            else:
+                probs = torch.softmax(logits.float() / temperature, dim=-1)
+                token = torch.multinomial(probs, 1, generator=generator)
+            token = token if vocab is None else vocab.to_target(token)
+            yield token, probs
+            # the head goes on from its own output at the previous position
+            step_out, step_logits = self.head(out.view(1, 1, -1), token.view(1, 1), self.cache)
+            out, logits = step_out[0, -1], step_logits[0, -1]
 
     def rollback(self, length: int) -> None:
         if self.features is not None:

@@ -78,7 +78,7 @@ def setting_name(decode: DictConfig) -> str:
 
 # eval.reference: the stage-2 reference's row. It is DistillSpec: forward KL on every token from the drafts'
 # initialisation, which stage 3 at k = 1 with the reference's stage settings reproduces bit for bit
-REFERENCE = "ref"
+REFERENCE = paths.REFERENCE_TAG
 
 
 def draft_name(k: float, quant: str = "none", tag: str = "") -> str:

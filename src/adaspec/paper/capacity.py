@@ -27,38 +27,45 @@ def _difference(summary: dict[str, Any], first: str, second: str) -> dict[str, A
 
 
 def capacity_rows(summary: dict[str, dict[str, Any]], task_names: list[str]) -> list[dict[str, Any]]:
-    """One row per (draft size, loss) summarised: the draft's parameters, DistillSpec's and AdaSPEC's alpha,
-    their paired difference and DistillSpec with this loss against DistillSpec with the forward KL."""
+    """One row per (draft size, decoding, loss) summarised: the draft's parameters, DistillSpec's and AdaSPEC's
+    alpha, their paired difference and DistillSpec with this loss against DistillSpec with the forward KL;
+    greedy from the task's main evaluation, t=1 from its sampled one (`collect`'s "<task> t=1")."""
     rows = []
-    for name in (n for n in task_names if n in summary):
-        task = summary[name]
-        for tag, label in LOSSES.items():
-            full, selected = _row(tag, 1.0), _row(tag, ADASPEC_K)
-            if full not in task["drafts"] or selected not in task["drafts"]:
+    for name in task_names:
+        for decoding, key in (("greedy", name), ("t=1", f"{name} t=1")):
+            if key not in summary:
                 continue
-            rows.append({
-                "task": name,
-                "size": name.rsplit("_", 1)[-1],
-                "parameters": task["drafts"][full].get("parameters"),
-                "loss": label,
-                "seeds": task["seeds"],
-                "distillspec_alpha": task["drafts"][full]["alpha"],
-                "adaspec_alpha": task["drafts"][selected]["alpha"],
-                "adaspec_minus_distillspec": _difference(task, selected, full),
-                "versus_forward_kl": _difference(task, full, "k1") if tag else None,
-            })
+            task = summary[key]
+            for tag, label in LOSSES.items():
+                full, selected = _row(tag, 1.0), _row(tag, ADASPEC_K)
+                if full not in task["drafts"] or selected not in task["drafts"]:
+                    continue
+                rows.append({
+                    "task": name,
+                    "size": name.rsplit("_", 1)[-1],
+                    "parameters": task["drafts"][full].get("parameters"),
+                    "decoding": decoding,
+                    "loss": label,
+                    "seeds": task["seeds"],
+                    "distillspec_alpha": task["drafts"][full]["alpha"],
+                    "adaspec_alpha": task["drafts"][selected]["alpha"],
+                    "adaspec_minus_distillspec": _difference(task, selected, full),
+                    "versus_forward_kl": _difference(task, full, "k1") if tag else None,
+                })
     return rows
 
 
 def capacity_markdown(rows: list[dict[str, Any]]) -> str:
-    header = ["draft", "parameters", "loss", "seeds", "DistillSpec alpha", f"AdaSPEC k={ADASPEC_K:g} alpha",
-              "AdaSPEC - DistillSpec [95 %]", "DistillSpec: this loss - forward KL [95 %]"]
+    header = ["draft", "parameters", "decoding", "loss", "seeds", "DistillSpec alpha",
+              f"AdaSPEC k={ADASPEC_K:g} alpha", "AdaSPEC - DistillSpec [95 %]",
+              "DistillSpec: this loss - forward KL [95 %]"]
 
     def diff(d: dict[str, Any] | None) -> str:
         return f"{mean_and_spread(d, '+')}{interval(d, '+')}" if d else "-"
 
     body = [
-        [r["size"], f"{r['parameters'] / 1e6:.1f}M" if r["parameters"] else "-", r["loss"], len(r["seeds"]),
+        [r["size"], f"{r['parameters'] / 1e6:.1f}M" if r["parameters"] else "-", r["decoding"], r["loss"],
+         len(r["seeds"]),
          mean_and_spread(r["distillspec_alpha"]), mean_and_spread(r["adaspec_alpha"]),
          diff(r["adaspec_minus_distillspec"]), diff(r["versus_forward_kl"])]
         for r in rows
@@ -67,9 +74,10 @@ def capacity_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def plot_capacity(rows: list[dict[str, Any]], title: str, path: Path) -> Path:
-    """Left: AdaSPEC - DistillSpec alpha (95 % interval where there are seeds for one) against parameters, one
-    curve of independent drafts per loss and the head as a star; right: each arm's alpha (DistillSpec solid,
-    AdaSPEC dashed)."""
+    """Left: AdaSPEC - DistillSpec greedy alpha (95 % interval where there are seeds for one) against
+    parameters, one curve of independent drafts per loss and the head as a star; right: each arm's alpha
+    (DistillSpec solid, AdaSPEC dashed)."""
+    rows = [r for r in rows if r["decoding"] == "greedy"]
     fig = Figure(figsize=(11, 4))
     gap, level = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for label in LOSSES.values():

@@ -21,6 +21,11 @@ SAMPLED_EVAL = (
     "decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.gamma_sweep_prompts=0",
     "eval.name=t1",
 )
+# the capacity experiment's: its three losses' arms on the 20 prompts issue 31 asks for
+CAPACITY_SAMPLED_EVAL = (
+    "decode.temperature=1.0", "eval.draft_tags=['',nla,lk]", "eval.n_prompts=20", "eval.gamma_sweep_prompts=0",
+    "eval.name=t1",
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,8 @@ class TaskPlan:
     # against the seed's reference, e.g. ("_optimal", (0.4, 1.0))
     extra_arms: tuple[tuple[str, tuple[float, ...]], ...] = ()
     sweeps: bool = True  # the k and gamma sweeps on the first seed
-    sampled_eval: bool = False  # also evaluate arms (a)-(c) at temperature 1 (eval.name=t1)
+    # the overrides of an evaluation at temperature 1 after the greedy one (eval.name=t1); (): none
+    sampled_eval: tuple[str, ...] = ()
     # file suffixes of extra arms that read another teacher cache (other answers), built after the task's own
     extra_caches: tuple[str, ...] = ()
     versus_arm_a: bool = False  # also compare every extra arm with arm (a) at the same k (issue 15's arms)
@@ -92,7 +98,7 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
             steps += [Step("train", (*task.args(suffix), "stage=draft", s, _k(k))) for k in ks]
         steps.append(Step("eval", (*base, s)))
         if task.sampled_eval:
-            steps.append(Step("eval", (*base, s, *SAMPLED_EVAL)))
+            steps.append(Step("eval", (*base, s, *task.sampled_eval)))
     return steps
 
 
@@ -130,12 +136,12 @@ TASKS = {
     # the real target (issue 14): make models first; not in the default run (two CPU cores: hours per seed)
     "smollm2_gsm8k": TaskPlan(
         "smollm2_gsm8k", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_gsm8k_target",
-        extra_arms=REAL_ARMS, sweeps=False, sampled_eval=True, draft_stage0=True,
+        extra_arms=REAL_ARMS, sweeps=False, sampled_eval=SAMPLED_EVAL, draft_stage0=True,
     ),
     # the domain ablation on code is the note's k = 0.33 with whitespace kept; its DistillSpec is arm (a)'s
     "smollm2_mbpp": TaskPlan(
         "smollm2_mbpp", draft_ks=(0.4, 1.0), matched_ks=(0.4, 1.0), target_config="smollm2_mbpp_target",
-        extra_arms=(("_optimal", (0.4, 1.0)), ("_domain", (0.33,))), sweeps=False, sampled_eval=True,
+        extra_arms=(("_optimal", (0.4, 1.0)), ("_domain", (0.33,))), sweeps=False, sampled_eval=SAMPLED_EVAL,
         draft_stage0=True,
     ),
     # issue 15 on the paper run's target, answers, cache, reference and arm (a): data, divergence, k schedule
@@ -154,7 +160,7 @@ def _capacity(name: str, *draft_overrides: str, stage0: bool = True) -> TaskPlan
     return TaskPlan(
         f"smollm2_gsm8k_capacity_{name}", draft_ks=(0.4, 1.0), matched_ks=(), config="smollm2_gsm8k_capacity",
         target_config="smollm2_gsm8k_capacity_target", extra_arms=CAPACITY_ARMS, sweeps=False, versus_arm_a=True,
-        draft_stage0=stage0, draft_overrides=draft_overrides,
+        sampled_eval=CAPACITY_SAMPLED_EVAL, draft_stage0=stage0, draft_overrides=draft_overrides,
     )
 
 
