@@ -3,8 +3,13 @@ ours at every fixed gamma, on the same prompts, and both are exact when greedy."
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from adaspec import paths
-from adaspec.commands.bench_real import main
+from adaspec.commands.bench_real import main, named_drafts
+from adaspec.errors import UserError
 from tests.conftest import TINY
 
 
@@ -49,3 +54,25 @@ def test_the_training_free_drafts_alone_need_no_trained_draft(tiny_trained, tmp_
                     "--threads", "1", "--out", str(tmp_path), "--no-trained", *TINY, f"paths.root={cfg.paths.root}"])
     assert payload["draft"] is None and set(payload["drafts"]) == {"prompt_lookup"}
     assert {r["draft"] for r in payload["rows"]} == {"prompt_lookup"}
+
+
+def test_several_drafts_are_benched_against_the_same_target_only_runs(tiny_trained, tmp_path):
+    """--draft repeated: a row per draft and policy, each draft's own call cost, one set of target-only runs."""
+    cfg = tiny_trained()
+    reference, draft = paths.final(paths.ref_dir(cfg)), paths.final(paths.draft_dir(cfg))
+    payload = main(["--prompts", "1", "--max-new-tokens", "8", "--gammas", "2", "--temperatures", "0",
+                    "--no-adaptive", "--threads", "1", "--out", str(tmp_path), "--draft", f"distillspec={reference}",
+                    "--draft", str(draft), *TINY, f"paths.root={cfg.paths.root}"])
+    names = {"distillspec", draft.parent.name}
+    assert payload["draft_folders"] == {"distillspec": str(reference), draft.parent.name: str(draft)}
+    assert names < set(payload["drafts"]) and names < set(payload["costs"]["c"])
+    rows = [r for r in payload["rows"] if r["draft"] in names]
+    assert sorted(r["draft"] for r in rows) == sorted(names)
+    assert len({r["target_only/tokens_per_s"] for r in payload["rows"]}) == 1  # one target-only measurement
+    assert all(r["greedy_mismatches"] == 0 for r in rows)
+
+
+def test_two_drafts_of_one_name_are_refused():
+    with pytest.raises(UserError, match="two drafts named 'draft-k0.4'"):
+        named_drafts(["a/draft-k0.4/final", "b/draft-k0.4/final"])
+    assert named_drafts(["x/ref/final"]) == {"trained": Path("x/ref/final")}

@@ -111,6 +111,7 @@ def test_unread_name_keys_are_gone():
         ("k=0", "`k`"),
         ("stage.lr=-0.1", "`stage.lr`"),
         ("stage.tag=ref", "`stage.tag`='ref' is invalid: 'ref' names the reference's row"),
+        ("task.target_n_train=0", "`task.target_n_train`=0 is invalid: must be >= 1"),
         ("gamma=0", "`gamma`"),
         ("stage.warmup_frac=1.2", "`stage.warmup_frac`"),
         ("task.max_length=4", "`task.max_length`"),

@@ -92,6 +92,21 @@ def test_drafts_of_another_size_share_the_target_in_folders_of_their_own(tiny_tr
     assert (preset_ref / "meta.json").stat().st_mtime_ns == stamp
 
 
+def test_a_target_fine_tuned_on_more_problems_than_the_drafts_distil_on(tiny_cfg, tmp_path, capsys):
+    """task.target_n_train: stage 1 alone reads that many training records, and counts it in its identity
+    (another value is refused, not mixed up with the first target); the stages after it read task.n_train."""
+    first = ("task.n_train=16", "stage.max_steps=-1", "stage.max_epochs=1")
+    run_stage(tiny_cfg("stage=target", *first, "task.target_n_train=40"))
+    run_stage(tiny_cfg("stage=ref", *first, "task.target_n_train=40"))
+    printed = capsys.readouterr().out
+    assert "for 5 steps on 40 examples" in printed  # stage 1: 40 records at batch 8
+    assert "for 2 steps on 16 examples" in printed  # stage 2: task.n_train's 16
+    with pytest.raises(UserError, match="overwrite=true"):
+        run_stage(tiny_cfg("stage=target", *first, "task.target_n_train=48"))
+    with pytest.raises(UserError, match="task.target_n_train=5000: task 'arith' has 64 training examples"):
+        run_stage(tiny_cfg("stage=target", *first, "task.target_n_train=5000", f"paths.root={tmp_path / 'other'}"))
+
+
 def test_global_selection_sets_and_logs_a_threshold(tiny_cfg):
     run_stage(tiny_cfg("stage=target"))
     run_stage(tiny_cfg("stage=ref"))

@@ -202,6 +202,10 @@ class DomainConfig:
     api_vocab_size: int = 0
 
 
+def _target_n_train_counts(stage: str, task: dict, cfg: dict) -> bool:
+    return stage == "target" and task.get("target_n_train") is not None
+
+
 @dataclass
 class TaskConfig:
     name: str = MISSING
@@ -212,6 +216,9 @@ class TaskConfig:
     max_length: int = 256  # prompt + answer tokens; longer examples are truncated
     vocab_size: int = 1024  # BPE vocabulary of from-scratch models
     n_train: int | None = None  # use only the first n training records (None: all)
+    # stage 1 alone trains on the first N training records instead (a target fine-tuned on more problems than
+    # the drafts distil on); None: task.n_train's
+    target_n_train: int | None = counted(None, when=_target_n_train_counts)
     n_test: int | None = None
     n_val: int = 64  # held-out examples (from the test split) for the validation loss
     arith: ArithConfig = field(default_factory=ArithConfig)

@@ -59,6 +59,8 @@ def _validate_task(task: DictConfig) -> None:
         _check(weight > 0, f"task.domain.{key}", weight, "must be > 0 (1.0 turns the weighting off)")
     api = task.domain.api_vocab_size
     _check(api >= 0, "task.domain.api_vocab_size", api, "must be >= 0 (0: off)")
+    target_n = task.target_n_train
+    _check(target_n is None or target_n >= 1, "task.target_n_train", target_n, "must be >= 1, or null for task.n_train")
 
 
 def _validate_model(model: DictConfig) -> None:

@@ -24,7 +24,7 @@ from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.stdlib_corpus import corpus_blocks, corpus_splits
 from adaspec.data.target_answers import training_splits
-from adaspec.data.tasks import load_task
+from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.distill.budget import apply_token_budget
 from adaspec.distributed import is_global_zero, say
 from adaspec.errors import UserError
@@ -60,6 +60,8 @@ def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, di
     stage = stage_of(cfg)
     on_corpus = stage.data == Data.corpus  # stage 0 trains on the code corpus, not on the task
     splits = splits or load_task(cfg.task)
+    if cfg.stage.name == "target" and cfg.task.get("target_n_train") is not None:
+        splits = {**splits, "train": first_training_examples(cfg.task, cfg.task.target_n_train, "task.target_n_train")}
     blocks = corpus_blocks(cfg) if on_corpus else []  # read once: tokenizer and training data
     tokenizer = load_tokenizer(cfg, splits, blocks)
     upstream = {}

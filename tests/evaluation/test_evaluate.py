@@ -90,6 +90,23 @@ def test_evaluation_end_to_end(trained, capsys):
     assert logged["target/gsm8k/exact_match"] == target["gsm8k/exact_match"]
 
 
+def test_timed_runs_beside_a_busy_process_are_marked_in_the_results(trained, capsys):
+    """The evaluation watches the other processes' CPU time over its timed runs: a job sharing the cores marks
+    the results (acceptance stands; tokens/s and speed-ups are flagged), in results.json, results.md and aloud."""
+    from adaspec.evaluation.run import results_dir
+
+    cfg = trained(*FAST, "eval.name=busy")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        results = run_evaluation(cfg, progress=False)
+    finally:
+        busy.kill()
+    verdict = results["contention"]
+    assert verdict["contended"] and verdict["others_cores"] > 0.25 and "other processes used" in verdict["why"]
+    assert "WARNING: other processes used" in capsys.readouterr().out
+    assert "**Timings contended**" in (results_dir(cfg) / "results.md").read_text()
+
+
 def test_sampling_with_an_adaptive_policy(trained):
     cfg = trained(*FAST, "eval.draft_ks=[0.4]", "decode=adaptive", "decode.temperature=0.8",
                   "eval.compare_hf_assisted=false", "eval.gammas=[1,3]", "eval.gamma_sweep_prompts=2")

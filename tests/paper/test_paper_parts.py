@@ -233,6 +233,25 @@ def test_one_seeds_summary_shows_values_without_a_spread():
     assert "± 0.000" not in text and "0.300" in text and "one seed: no interval" in text
 
 
+def test_the_summary_names_the_seeds_timed_beside_another_job_and_those_timed_before_the_guard():
+    from adaspec.paper.aggregate import markdown, summarise_task
+
+    rows = {name: {"label": name, "alpha": 0.3, "accept_rate": 0.2, "tau": 1.4, "speedup_vs_target": 0.7,
+                   "gsm8k/exact_match": 0.1} for name in ("k0.4", "k1")}
+
+    def seed(contention):
+        return {"metric": "gsm8k/exact_match", "n_prompts": 40, "setting": "greedy-g5",
+                "target": {"gsm8k/exact_match": 0.1, "parameters": 1}, "drafts": rows,
+                **({"contention": contention} if contention is not None else {})}
+
+    per_seed = {0: seed(None), 1: seed({"contended": True}), 2: seed({"contended": False})}
+    summary = summarise_task(TASKS["smollm2_gsm8k"], per_seed)
+    assert (summary["timing_contended_seeds"], summary["timing_unguarded_seeds"]) == ([1], [0])
+    text = markdown({"smollm2_gsm8k": summary})
+    assert "Timed beside another job (speed-ups not this machine's alone): {'smollm2_gsm8k': [1]}." in text
+    assert "Timed before evaluations recorded contention: {'smollm2_gsm8k': [0]}." in text
+
+
 def test_a_run_told_pretrain_none_skips_stage_0(tmp_path, capsys):
     """make paper ARGS="--tasks smollm2_gsm8k pretrain=none": the comparison without stage 0."""
     from adaspec.paper.runner import run_plan, without_stage0

@@ -3,7 +3,7 @@
     python -m adaspec.commands.bench_real [--name smollm2] [--prompts 10] [--max-new-tokens 128]
                                  [--gammas 1,2,3,4,5,6,8] [--temperatures 0,1] [--k 0.4] [--threads 2]
                                  [--serving bfloat16-compiled] [--servings float32,bfloat16]
-                                 [--draft-dtype float32] [--draft FOLDER | --no-trained] [--no-adaptive]
+                                 [--draft-dtype float32] [--draft [NAME=]FOLDER ... | --no-trained] [--no-adaptive]
                                  [hydra overrides naming the trained pair, as for stages 2-3 ...]
 
 Target-only decoding and the project's speculative decoding with the trained draft of `--k`, for every
@@ -33,7 +33,8 @@ HF assisted generation (constant schedule, confidence threshold off) runs beside
 when HF can run the draft, on the same model in the same dtype (eager: HF's assisted generation takes
 no static cache); a draft with a reduced vocabulary (model.draft_vocab_size) cannot be run there,
 and the results say so instead of timing it. `--draft FOLDER` benches any finished draft or reference
-instead of draft-k<k>.
+instead of draft-k<k>; repeated (`--draft h128=F1 --draft head=F2`), it benches several drafts against the
+same target-only runs, a row set per NAME (default: the stage folder's name; one unnamed draft is `trained`).
 
 Results go to `bench/results/<name>.json` (atomically, after every temperature) and a table is printed.
 """
@@ -137,8 +138,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gammas", type=lambda s: [int(g) for g in s.split(",")], default=[1, 2, 3, 4, 5, 6, 8])
     parser.add_argument("--temperatures", type=lambda s: [float(t) for t in s.split(",")], default=[0.0, 1.0])
     parser.add_argument("--k", type=float, default=0.4, help="which trained draft: draft-k<k>")
-    parser.add_argument("--draft", type=Path, default=None,
-                        help="a finished draft or reference folder (its final/) instead of draft-k<k>")
+    parser.add_argument("--draft", action="append", default=None, metavar="[NAME=]FOLDER",
+                        help="a finished draft or reference folder (its final/) instead of draft-k<k>; repeat it "
+                             "to bench several against the same target-only runs")
     parser.add_argument("--no-adaptive", action="store_true", help="the fixed gammas only")
     parser.add_argument("--no-trained", action="store_true",
                         help="bench the training-free drafts of the baseline group only (no trained draft needed)")
@@ -152,6 +154,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
     return parser.parse_args(argv)
+
+
+def named_drafts(values: list[str]) -> dict[str, Path]:
+    """--draft's [NAME=]FOLDER values by row name: NAME, else the stage folder's name (`.../draft-k0.4/final`:
+    draft-k0.4); a single unnamed draft is `trained`, as bench-real always called its one draft."""
+    folders: dict[str, Path] = {}
+    for value in values:
+        name, folder = value.split("=", 1) if "=" in value else ("", value)
+        folder = Path(folder)
+        name = name or ("trained" if len(values) == 1 else folder.parent.name)
+        if name in folders:
+            raise UserError(f"--draft: two drafts named {name!r}: name them, e.g. --draft {name}-a={folder}")
+        folders[name] = folder
+    return folders
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -175,15 +191,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
     if args.no_trained:
-        draft_folder = None
+        draft_folders = {}
         if not cfg.baseline:
             raise UserError("--no-trained leaves no draft to bench: keep the baselines (baseline=[prompt_lookup])")
     elif args.draft is None:
         require_artefact(paths.draft_dir(cfg), "draft", "bench-real", cfg, f" k={args.k}")
-        draft_folder = paths.final(paths.draft_dir(cfg))
+        draft_folders = {"trained": paths.final(paths.draft_dir(cfg))}
     else:
-        draft_folder = args.draft
-        verify_weights(draft_folder, f"the stage that made {draft_folder}")
+        draft_folders = named_drafts(args.draft)
+        for folder in draft_folders.values():
+            verify_weights(folder, f"the stage that made {folder}")
     target_folder = paths.final(paths.target_dir(cfg))
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     model = load_model(target_folder).eval()
@@ -195,9 +212,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if draft_dtype not in DTYPES:
         raise UserError(f"--draft-dtype: expected one of {sorted(DTYPES)}, got {draft_dtype!r}")
     drafts = {}
-    if draft_folder is not None:
-        drafts["trained"] = load_draft(draft_folder, target=model).eval()
-        drafts["trained"].model.to(DTYPES[draft_dtype])
+    for name, folder in draft_folders.items():
+        drafts[name] = load_draft(folder, target=model).eval()
+        drafts[name].model.to(DTYPES[draft_dtype])
     drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format
     examples = load_task(cfg.task)["test"][: args.prompts]
@@ -225,7 +242,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
-        "target": str(target_folder), "draft": draft_folder and str(draft_folder),
+        # "draft": the first trained draft's folder (None without one); "draft_folders": every one by row name
+        "target": str(target_folder), "draft": next((str(f) for f in draft_folders.values()), None),
+        "draft_folders": {name: str(folder) for name, folder in draft_folders.items()},
         "serving": {"target": serving.name, "draft_dtype": draft_dtype, "target_only": [serving.name, *target_only]},
         "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
                             for name, served in {serving.name: target, **target_only}.items() if served.widths},

@@ -51,11 +51,12 @@ def load_task(task: DictConfig) -> dict[str, list[Example]]:
     return splits
 
 
-def first_training_examples(task: DictConfig, count: int) -> list[Example]:
-    """The first `count` examples of the task's whole training split (task.n_train does not cut it)."""
+def first_training_examples(task: DictConfig, count: int, key: str = "pretrain.task_prompts") -> list[Example]:
+    """The first `count` examples of the task's whole training split (task.n_train does not cut it); `key`
+    names the setting that asked for them in the error."""
     examples = LOADERS[task.name](task)["train"]
     if len(examples) < count:
-        raise UserError(f"pretrain.task_prompts={count}: task {task.name!r} has {len(examples)} training examples")
+        raise UserError(f"{key}={count}: task {task.name!r} has {len(examples)} training examples")
     return examples[:count]
 
 

@@ -1,6 +1,6 @@
 """Is the machine busy? A guard around a timing run, so figures measured beside another job are never recorded.
 
-Two signals, read before and after the run: the CPU time other processes used during a short window (in
+`make bench-costs` reads two signals before and after the run: the CPU time other processes used during a short window (in
 cores, from /proc), and a reference kernel (a fixed float32 matmul chain at the run's threads) whose time
 must not drift. Either one over its limit marks the run as contended. On a machine without /proc the first
 signal is missing (None) and the kernel alone decides.
@@ -102,3 +102,21 @@ def judge(before: Reading, after: Reading) -> Verdict:
         reasons.append(f"the reference kernel took {drift:.2f}x as long after the run as before (limit "
                        f"{KERNEL_MAX_DRIFT}x)")
     return Verdict(before, after, drift, bool(reasons), "; ".join(reasons) or "quiet")
+
+
+class Watch:
+    """Other processes' CPU time over a stretch of this process's work (an evaluation's timed runs): no window
+    of its own, so it costs nothing; the stretch is judged by the cores the others kept busy on average."""
+
+    def __init__(self) -> None:
+        self.started, self.others_s = time.perf_counter(), _process_cpu_seconds(os.getpid())
+
+    def verdict(self) -> dict:
+        seconds = time.perf_counter() - self.started
+        after = _process_cpu_seconds(os.getpid())
+        cores = None if after is None or self.others_s is None else max(0.0, after - self.others_s) / seconds
+        contended = cores is not None and cores > OTHERS_MAX_CORES
+        why = (f"other processes used {cores:.2f} cores on average during the timed runs (limit "
+               f"{OTHERS_MAX_CORES})" if contended else "quiet" if cores is not None else "unknown (no /proc)")
+        return {"others_cores": cores, "seconds": round(seconds, 1), "load_average": os.getloadavg()[0],
+                "contended": contended, "why": why}

@@ -52,6 +52,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     ]
     if checks:
         lines.append(f"Prompts where speculative greedy output differs from target-only greedy: {', '.join(checks)}.")
+    busy = results.get("contention")
+    if busy and busy["contended"]:
+        lines.append(f"**Timings contended**: {busy['why']}; tokens/s and speed-ups are not this machine's alone.")
     if results.get("code_sandbox"):
         lines.append(f"The generated code ran in the sandbox under {results['code_sandbox']}.")
     return "\n".join(lines) + "\n"

@@ -50,6 +50,7 @@ from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
 from adaspec.drafts import Draft, build_baseline, load_draft
 from adaspec.errors import UserError
+from adaspec.evaluation import contention
 from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
 from adaspec.evaluation.cost import call_costs, expected_speedups
 from adaspec.evaluation.curves import (
@@ -404,6 +405,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     decode = cfg.decode
     timed = len(prompts) if decode.temperature > 0 or cfg.eval.timed_prompts is None else min(cfg.eval.timed_prompts, len(prompts))
     eos = stop_token_id(tokenizer, prompt_format)
+    watch = contention.Watch()  # marks the timings below when another job shared the cores
     measurements = benchmark(
         target,
         drafts,
@@ -425,8 +427,13 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         for ids in tqdm(untimed, desc="target (untimed prompts)", unit="prompt", disable=not progress or not untimed)
     ]
     costs = call_costs(target, {d.name: d.draft for d in drafts}, prompts[0], list(cfg.eval.gammas))
+    busy = watch.verdict()
+    if busy["contended"]:
+        print(f"[adaspec] evaluate: WARNING: {busy['why']}: the wall-clock figures (tokens/s, speed-ups, call "
+              f"costs) are not this machine's alone; acceptance is unaffected. Rerun alone with overwrite=true")
     results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
     results["serving"] = serving_summary(target, target_only, measurements, timed)
+    results["contention"] = busy
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

@@ -87,6 +87,10 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
             "parameters": first["target"]["parameters"],
         },
         "draft_score": {row: describe([per_seed[s]["drafts"][row][metric] for s in seeds]) for row in rows},
+        # seeds whose timed runs shared the cores (their speed-ups are suspect) and seeds evaluated before the
+        # evaluation recorded it
+        "timing_contended_seeds": [s for s in seeds if (per_seed[s].get("contention") or {}).get("contended")],
+        "timing_unguarded_seeds": [s for s in seeds if "contention" not in per_seed[s]],
         "drafts": drafts,
         "comparisons": [],
     }
@@ -137,6 +141,11 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
         + ", ".join(f"{t} {s['n_prompts']}" for t, s in summary.items())
         + ".",
     ]
+    for key, what in (("timing_contended_seeds", "Timed beside another job (speed-ups not this machine's alone)"),
+                      ("timing_unguarded_seeds", "Timed before evaluations recorded contention")):
+        marked = {task: s[key] for task, s in summary.items() if s.get(key)}
+        if marked:
+            lines.append(f"{what}: {marked}.")
     return "\n".join(lines) + "\n"
 
 
