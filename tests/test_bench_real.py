@@ -58,8 +58,10 @@ def test_the_training_free_drafts_alone_need_no_trained_draft(tiny_trained, tmp_
 
 def test_several_drafts_are_benched_against_the_same_target_only_runs(tiny_trained, tmp_path):
     """--draft repeated: a row per draft and policy, each draft's own call cost, one set of target-only runs."""
-    cfg = tiny_trained()
-    reference, draft = paths.final(paths.ref_dir(cfg)), paths.final(paths.draft_dir(cfg))
+    from adaspec.pipeline import run_stage
+
+    cfg = tiny_trained("stage=draft", "k=0.4")
+    reference, draft = paths.final(paths.ref_dir(cfg)), run_stage(cfg)
     payload = main(["--prompts", "1", "--max-new-tokens", "8", "--gammas", "2", "--temperatures", "0",
                     "--no-adaptive", "--threads", "1", "--out", str(tmp_path), "--draft", f"distillspec={reference}",
                     "--draft", str(draft), *TINY, f"paths.root={cfg.paths.root}"])
