@@ -1,7 +1,8 @@
-"""Head replay, memoised (this code) against the earlier per-block proposals, on demo-real's AdaSPEC head
-(bfloat16-trained, outputs/demo-real-bf16): the same blocks at gammas 1, 2, 3, 5, 8 on 3 test prompts, timed.
+"""Head replay, memoised (this code) against the earlier per-block proposals, on make demo-real's AdaSPEC head:
+the same blocks at gammas 1, 2, 3, 5, 8 on 3 test prompts, timed. ROOT: demo-real's paths.root (the committed
+figure used outputs/demo-real-bf16, the run timed for experiments/results/smollm2/demo-real-eagle3/).
 
-    .venv/bin/python experiments/smollm2/replay_timing.py experiments/results/smollm2/replay-memo/demo-real-head.json
+    .venv/bin/python experiments/smollm2/replay_timing.py OUT.json [ROOT=outputs]
 """
 import json
 import sys
@@ -19,7 +20,7 @@ from adaspec.models.build import load_model
 from adaspec.toolkit import checked_config
 
 torch.set_num_threads(2)
-root = "outputs/demo-real-bf16/gsm8k/smollm2/seed0"
+root = f"{sys.argv[2] if len(sys.argv) > 2 else 'outputs'}/gsm8k/smollm2/seed0"
 target_dir, head_dir = f"{root}/target/final", f"{root}/draft-k0.4-eagle3-target-answers/final"
 cfg = checked_config("model=smollm2", "task=gsm8k", "task.local_dir=../shared/data/gsm8k")
 tok = AutoTokenizer.from_pretrained(target_dir)
