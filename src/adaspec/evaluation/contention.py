@@ -1,8 +1,8 @@
 """Is the machine busy? A guard around a timing run, so figures measured beside another job are never recorded.
 
-`make bench-costs` reads two signals before and after the run: the CPU time other processes used during a short window (in
-cores, from /proc), and a reference kernel (a fixed float32 matmul chain at the run's threads) whose time
-must not drift. Either one over its limit marks the run as contended. On a machine without /proc the first
+`make bench-costs` reads two signals before and after the run: the CPU time other processes used during a
+short window (in cores, from /proc), and a reference kernel (a fixed float32 matmul chain at the run's
+threads) whose time must not drift. Either one over its limit marks the run as contended. On a machine without /proc the first
 signal is missing (None) and the kernel alone decides.
 """
 

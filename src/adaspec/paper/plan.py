@@ -17,15 +17,14 @@ GAMMA_SWEEP = (1, 2, 3, 5, 8)
 SWEEP_PROMPTS = "eval.n_prompts=20"  # the sweeps' 7 evaluations per task on fewer prompts than the main one
 # TaskPlan.sampled_eval: arms (a)-(c) at temperature 1; real sampled runs cost ~10 s per prompt and draft on
 # two cores with the real target, hence 10 prompts and no sampled sweep over gamma (7 more runs each)
-SAMPLED_EVAL = (
-    "decode.temperature=1.0", "eval.draft_tags=['',matched]", "eval.n_prompts=10", "eval.gamma_sweep_prompts=0",
-    "eval.name=t1",
-)
+def _sampled_eval(draft_tags: str, n_prompts: int) -> tuple[str, ...]:
+    return ("decode.temperature=1.0", f"eval.draft_tags={draft_tags}", f"eval.n_prompts={n_prompts}",
+            "eval.gamma_sweep_prompts=0", "eval.name=t1")
+
+
+SAMPLED_EVAL = _sampled_eval("['',matched]", 10)
 # the capacity experiment's: its three losses' arms on the 20 prompts issue 31 asks for
-CAPACITY_SAMPLED_EVAL = (
-    "decode.temperature=1.0", "eval.draft_tags=['',nla,lk]", "eval.n_prompts=20", "eval.gamma_sweep_prompts=0",
-    "eval.name=t1",
-)
+CAPACITY_SAMPLED_EVAL = _sampled_eval("['',nla,lk]", 20)
 
 
 @dataclass(frozen=True)
