@@ -92,12 +92,14 @@ def test_retrained_weights_are_named_and_older_results_are_judged_by_their_confi
 
 
 def test_results_recorded_before_a_key_existed_match_its_value_then_and_no_other(tmp_path):
-    """eval.tag_ks and task.prompt_format came after the tiny paper's evaluations: a record without them
-    ran with {} and plain, so it matches that and is refused for anything else."""
+    """eval.tag_ks, task.prompt_format and task.target_n_train came after the tiny paper's evaluations: a
+    record without them ran with {}, plain and None, so it matches that and is refused for anything else."""
     path = tmp_path / "results.json"
     older = _identity(weights={"target": "aaaa"})
-    del older["eval"]["tag_ks"], older["task"]["prompt_format"]
+    del older["eval"]["tag_ks"], older["task"]["prompt_format"], older["task"]["target_n_train"]
     path.write_text(json.dumps({IDENTITY: older}))
     assert previous_results(path, _identity(weights={"target": "aaaa"}), False) is not None
     with pytest.raises(UserError, match=r"task\.prompt_format: plain -> chat"):
         previous_results(path, _identity("task.prompt_format=chat", weights={"target": "aaaa"}), False)
+    with pytest.raises(UserError, match=r"task\.target_n_train: None -> 7000"):
+        previous_results(path, _identity("task.target_n_train=7000", weights={"target": "aaaa"}), False)

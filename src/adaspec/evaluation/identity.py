@@ -22,8 +22,9 @@ SHOWN_DIFFERENCES = 3
 EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}, "target_servings": []}  # with their defaults
 DECODE_KEYS_ADDED = {"target_dtype": "float32", "draft_dtype": "float32", "kv_cache": "dynamic", "compile": False}
 # keys that results recorded before they existed lack, with the value those evaluations ran with (every task
-# was plain text before the chat format): `differences` takes a missing one for that value
-RECORDED_LATER = {"eval.tag_ks": {}, "task.prompt_format": "plain"}
+# was plain text before the chat format, and every target trained on the drafts' records before
+# target_n_train): `differences` takes a missing one for that value
+RECORDED_LATER = {"eval.tag_ks": {}, "task.prompt_format": "plain", "task.target_n_train": None}
 
 
 def evaluation_identity(config: dict[str, Any], device: str, weights: dict[str, str] | None) -> dict[str, Any]:
