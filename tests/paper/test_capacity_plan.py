@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from omegaconf import OmegaConf
 
 from adaspec import paths
 from adaspec.artefacts import read_meta, read_metrics
@@ -55,6 +56,26 @@ def test_the_group_name_runs_every_size_and_each_size_trains_its_own_drafts_agai
         trained = {paths.draft_dir(c) for c in drafts if c.seed == ev.seed and c.model.draft == ev.model.draft
                    and c.model.draft_kind == ev.model.draft_kind}
         assert evaluated == trained
+
+
+def test_the_fine_tuned_target_group_is_the_same_experiment_on_a_target_fine_tuned_first_in_its_own_root():
+    """Issue 31's item 1: every step of smollm2_gsm8k_capacity_ft composes the config of the as-is group's
+    step, but in outputs/capacity-ft and with stage 1 fine-tuning on all of GSM8K's training problems."""
+    fine_tuned = parse_args(["--tasks", f"{CAPACITY}_ft"]).tasks
+    assert [n.replace("_ft_", "_") for n in fine_tuned] == list(GROUPS[CAPACITY])
+    as_is, ft = ([compose_step(s, []) for s in paper_plan([TASKS[n] for n in names], [0])]
+                 for names in (GROUPS[CAPACITY], fine_tuned))
+    assert len(as_is) == len(ft) and {c.paths.root for c in ft} == {"outputs/capacity-ft"}
+    for a, f in zip(as_is, ft, strict=True):
+        a, f = (OmegaConf.to_container(c, resolve=True) for c in (a, f))
+        assert a.pop("paths") != f.pop("paths")
+        if a["stage"]["name"] != "target":
+            assert a == f
+            continue
+        assert (a["stage"]["max_steps"], a["task"]["target_n_train"]) == (0, None)
+        assert f["stage"]["max_steps"] > 0 and f["task"]["target_n_train"] == 7473
+        assert f["trainer"]["precision"] == "bf16-mixed"
+    assert len({paths.target_dir(c) for c in ft}) == 1
 
 
 @pytest.mark.parametrize("size", ["h256", "head"])

@@ -280,6 +280,9 @@ def test_wall_times_count_each_step_under_the_task_whose_plan_composes_it():
     assert owner("gsm8k_matched") == "gsm8k"
     assert owner("mbpp") == "mbpp"
     # the capacity sweep's sizes share config files and the target: each draft's step is counted under its size
-    for task in (t for t in tasks if t.draft_overrides):
+    # ... and the same sizes on the fine-tuned target (another paths.root) under theirs, its stage 1 included
+    for task in (t for t in tasks if t.draft_overrides or t.root):
         steps = [s for s in paper_plan([task], [0, 1], sweeps=False) if "stage=target" not in s.overrides]
         assert {task_of_step(s.command(), tasks) for s in steps if s.kind != "cache"} == {task.name}
+    fine_tuned_target = paper_plan([TASKS["smollm2_gsm8k_capacity_ft_h128"]], [0])[0]
+    assert task_of_step(fine_tuned_target.command(), tasks) == "smollm2_gsm8k_capacity_ft_h128"

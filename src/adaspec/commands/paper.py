@@ -150,16 +150,16 @@ def _scaling_tables(summary: dict[str, Any], out: Path) -> list[Path]:
     (<group>.png), where their tasks are summarised."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.capacity import capacity_markdown, capacity_rows, plot_capacity
-    from adaspec.paper.plan import CAPACITY_GROUP, GROUPS, STAGE0_GROUP
+    from adaspec.paper.plan import CAPACITY_TITLES, GROUPS, STAGE0_GROUP
     from adaspec.paper.stage0_tokens import plot_stage0, stage0_markdown, stage0_rows
 
     images = []
-    if rows := capacity_rows(summary, list(GROUPS[CAPACITY_GROUP])):
-        write_json_atomically(out / f"{CAPACITY_GROUP}.json", rows)
-        write_text_atomically(out / f"{CAPACITY_GROUP}.md", capacity_markdown(rows) + "\n")
-        print((out / f"{CAPACITY_GROUP}.md").read_text())
-        title = "Where selection wins: AdaSPEC - DistillSpec by draft size (greedy alpha)"
-        images.append(plot_capacity(rows, title, out / f"{CAPACITY_GROUP}.png"))
+    for group, title in CAPACITY_TITLES.items():
+        if rows := capacity_rows(summary, list(GROUPS[group])):
+            write_json_atomically(out / f"{group}.json", rows)
+            write_text_atomically(out / f"{group}.md", capacity_markdown(rows) + "\n")
+            print((out / f"{group}.md").read_text())
+            images.append(plot_capacity(rows, title, out / f"{group}.png"))
     # the data-scaling group: worth a curve once a task other than the shared preset-size one is summarised
     if len(rows := stage0_rows(summary, list(GROUPS[STAGE0_GROUP]))) > 1:
         write_json_atomically(out / f"{STAGE0_GROUP}.json", rows)
@@ -179,12 +179,12 @@ def task_of_step(step: str, tasks) -> str:
 
     def owns(task) -> bool:
         return (config == task.files or config.startswith(task.files + "_")) and all(
-            o in args for o in task.draft_overrides)
+            o in args for o in (*task.draft_overrides, *task.root_override))
 
     owners = [t for t in tasks if owns(t)]
     if not owners:
         return config
-    return max(owners, key=lambda t: (len(t.files), len(t.draft_overrides))).name
+    return max(owners, key=lambda t: (len(t.files), len(t.draft_overrides) + len(t.root_override))).name
 
 
 def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:

@@ -61,15 +61,22 @@ class TaskPlan:
     # (stage 0, stages 2-3, evaluation), never on the target's and its cache's, which all sizes share
     config: str = ""
     draft_overrides: tuple[str, ...] = ()
+    # paths.root of every step, the target's and its cache's too, when not the config files' (the same drafts
+    # on another target: the fine-tuned one); "": the files'
+    root: str = ""
 
     @property
     def files(self) -> str:
         """The <name> of the task's experiments/paper/<name>*.yaml."""
         return self.config or self.name
 
+    @property
+    def root_override(self) -> tuple[str, ...]:
+        return (f"paths.root={self.root}",) if self.root else ()
+
     def args(self, suffix: str = "") -> tuple[str, ...]:
         """The overrides that compose this task's draft-side config, or its arm's from <config><suffix>.yaml."""
-        return (f"paper={self.files}{suffix}", *self.draft_overrides)
+        return (f"paper={self.files}{suffix}", *self.draft_overrides, *self.root_override)
 
 
 def _k(k: float) -> str:
@@ -82,10 +89,11 @@ def main_steps(task: TaskPlan, seeds: list[int]) -> list[Step]:
     steps: list[Step] = []
     if task.pretrain:
         steps.append(Step("pretrain", (shared, "stage=pretrain_target")))
-    steps += [Step("train", (f"paper={task.target_config}" if task.target_config else shared, "stage=target")),
-              Step("cache", (shared,))]
+    target = f"paper={task.target_config}" if task.target_config else shared
+    root = task.root_override
+    steps += [Step("train", (target, "stage=target", *root)), Step("cache", (shared, *root))]
     # composed as the arm's drafts are (stage=draft): its stage.tag names the drafts, not another target
-    steps += [Step("cache", (f"{shared}{suffix}", "stage=draft")) for suffix in task.extra_caches]
+    steps += [Step("cache", (f"{shared}{suffix}", "stage=draft", *root)) for suffix in task.extra_caches]
     for seed in seeds:
         s = f"seed={seed}"
         if task.pretrain or task.draft_stage0:
@@ -155,11 +163,15 @@ TASKS = {
 CAPACITY_ARMS = (("_nla", (0.4, 1.0)), ("_lk", (0.4, 1.0)))
 
 
-def _capacity(name: str, *draft_overrides: str, stage0: bool = True) -> TaskPlan:
+def _capacity(name: str, *draft_overrides: str, stage0: bool = True, target: str = "") -> TaskPlan:
+    """One draft size of the capacity experiment; target "": the instruct model as it is (outputs/capacity-real),
+    "ft": fine-tuned on GSM8K first (experiments/paper/smollm2_gsm8k_capacity_ft_target.yaml; outputs/capacity-ft)."""
+    prefix = f"smollm2_gsm8k_capacity_{target + '_' if target else ''}"
     return TaskPlan(
-        f"smollm2_gsm8k_capacity_{name}", draft_ks=(0.4, 1.0), matched_ks=(), config="smollm2_gsm8k_capacity",
-        target_config="smollm2_gsm8k_capacity_target", extra_arms=CAPACITY_ARMS, sweeps=False, versus_arm_a=True,
-        sampled_eval=CAPACITY_SAMPLED_EVAL, draft_stage0=stage0, draft_overrides=draft_overrides,
+        f"{prefix}{name}", draft_ks=(0.4, 1.0), matched_ks=(), config="smollm2_gsm8k_capacity",
+        target_config=f"{prefix}target",
+        extra_arms=CAPACITY_ARMS, sweeps=False, versus_arm_a=True, sampled_eval=CAPACITY_SAMPLED_EVAL,
+        draft_stage0=stage0, draft_overrides=draft_overrides, root=f"outputs/capacity-{target}" if target else "",
     )
 
 
@@ -169,12 +181,17 @@ def _llama(width: int, layers: int) -> tuple[str, ...]:
             f"model.draft_name=h{width}x{layers}")
 
 
-CAPACITY = (
-    _capacity("h128"),  # the preset's own draft: no overrides, its folders unnamed
-    _capacity("h256", *_llama(256, 6)),
-    _capacity("h384", *_llama(384, 8)),
-    _capacity("head", "model.draft_kind=eagle3", "pretrain=none", "distill.ttt_passes=3", stage0=False),
-)
+def _capacity_sizes(target: str = "") -> tuple[TaskPlan, ...]:
+    return (
+        _capacity("h128", target=target),  # the preset's own draft: no overrides, its folders unnamed
+        _capacity("h256", *_llama(256, 6), target=target),
+        _capacity("h384", *_llama(384, 8), target=target),
+        _capacity("head", "model.draft_kind=eagle3", "pretrain=none", "distill.ttt_passes=3", stage0=False,
+                  target=target),
+    )
+
+
+CAPACITY, CAPACITY_FT = _capacity_sizes(), _capacity_sizes("ft")
 
 # Issue 30: is the preset's draft data- or capacity-limited? Its DistillSpec draft after stage 0 on a quarter,
 # all (the capacity experiment's h128 task itself) and twice the code and task prompts, and with no stage 0
@@ -193,11 +210,17 @@ def _stage0_share(share: float) -> TaskPlan:
 
 
 STAGE0_TOKENS = (_stage0_share(0), _stage0_share(0.25), CAPACITY[0], _stage0_share(2))
-TASKS.update({task.name: task for task in (*CAPACITY, *STAGE0_TOKENS)})
+TASKS.update({task.name: task for task in (*CAPACITY, *CAPACITY_FT, *STAGE0_TOKENS)})
 # --tasks names that stand for several tasks
-CAPACITY_GROUP, STAGE0_GROUP = "smollm2_gsm8k_capacity", "smollm2_gsm8k_stage0_tokens"
+CAPACITY_GROUP, CAPACITY_FT_GROUP = "smollm2_gsm8k_capacity", "smollm2_gsm8k_capacity_ft"
+STAGE0_GROUP = "smollm2_gsm8k_stage0_tokens"
 GROUPS = {
     CAPACITY_GROUP: tuple(task.name for task in CAPACITY),
+    CAPACITY_FT_GROUP: tuple(task.name for task in CAPACITY_FT),
     STAGE0_GROUP: tuple(task.name for task in STAGE0_TOKENS),
+}
+CAPACITY_TITLES = {  # the capacity groups' plots
+    CAPACITY_GROUP: "Where selection wins: AdaSPEC - DistillSpec by draft size (greedy alpha)",
+    CAPACITY_FT_GROUP: "Where selection wins, fine-tuned target: AdaSPEC - DistillSpec by draft size (greedy alpha)",
 }
 DEFAULT_TASKS = ("gsm8k", "mbpp")
