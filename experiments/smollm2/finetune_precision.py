@@ -36,29 +36,36 @@ def one_run(precision: str, steps: int, root: Path) -> dict:
             "peak_memory_mb": metrics.get("peak_memory_mb")}
 
 
+def summary(runs: list[dict], steps: int, repeats: int) -> dict:
+    per_step = {p: statistics.median(r["seconds_per_step"] for r in runs if r["precision"] == p)
+                for p in PRECISIONS if any(r["precision"] == p for r in runs)}
+    return {
+        "what": "stage 1 seconds per optimiser step (16 sequences, task.max_length 256), fine-tuning "
+                "SmolLM2-135M-Instruct on GSM8K",
+        "config": CONFIG, "runs": runs, "median_seconds_per_step": per_step,
+        "bf16_speedup": round(per_step["32-true"] / per_step["bf16-mixed"], 2) if len(per_step) == 2 else None,
+        "complete": len(runs) == repeats * len(PRECISIONS),
+        "machine": platform.platform(),
+        "command": f"python experiments/smollm2/finetune_precision.py --steps {steps} --repeats {repeats}",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("experiments/results/smollm2/finetune-precision.json"))
     args = parser.parse_args()
-    runs = []
+    runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="ft-precision-") as scratch:
         for repeat in range(args.repeats):
             for precision in PRECISIONS:  # interleaved, so a drift of the machine hits both alike
                 runs.append(one_run(precision, args.steps, Path(scratch) / f"{precision}-{repeat}"))
                 print(f"[finetune_precision] {runs[-1]}", flush=True)
-    per_step = {p: statistics.median(r["seconds_per_step"] for r in runs if r["precision"] == p) for p in PRECISIONS}
-    result = {
-        "what": "stage 1 seconds per optimiser step (16 sequences, task.max_length 256), fine-tuning "
-                "SmolLM2-135M-Instruct on GSM8K",
-        "config": CONFIG, "runs": runs, "median_seconds_per_step": per_step,
-        "bf16_speedup": round(per_step["32-true"] / per_step["bf16-mixed"], 2),
-        "machine": platform.platform(),
-        "command": f"python experiments/smollm2/finetune_precision.py --steps {args.steps} --repeats {args.repeats}",
-    }
-    write_json_atomically(args.out, result)
-    print(f"[finetune_precision] median s/step {per_step}; bf16 {result['bf16_speedup']}x; wrote {args.out}")
+                write_json_atomically(args.out, summary(runs, args.steps, args.repeats))  # kept if cut short
+    result = summary(runs, args.steps, args.repeats)
+    print(f"[finetune_precision] median s/step {result['median_seconds_per_step']}; bf16 {result['bf16_speedup']}x; "
+          f"wrote {args.out}")
 
 
 if __name__ == "__main__":
