@@ -144,7 +144,7 @@ gpu-check: install
 	$(PY) -m adaspec.commands.gpu_check $(ARGS)
 
 test: install
-	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q --durations=25
 
 test-slow: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m slow -q

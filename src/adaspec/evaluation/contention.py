@@ -104,11 +104,18 @@ def judge(before: Reading, after: Reading) -> Verdict:
     return Verdict(before, after, drift, bool(reasons), "; ".join(reasons) or "quiet")
 
 
+# Watch's reading of the machine's own speed, before and after the stretch: short, as every evaluation pays it
+WATCH_WARMUP_S, WATCH_KERNEL_S = 0.1, 0.3
+
+
 class Watch:
-    """Other processes' CPU time over a stretch of this process's work (an evaluation's timed runs): no window
-    of its own, so it costs nothing; the stretch is judged by the cores the others kept busy on average."""
+    """Other processes' CPU time over a stretch of this process's work (an evaluation's timed runs), judged by
+    the cores the others kept busy on average; and the reference kernel's time before and after it, the
+    machine's own speed, so that absolute timings of two runs (milliseconds per target step) are compared only
+    where the kernel agrees: the same 2-core VM has measured the same step at 32 and at 78 ms on other days."""
 
     def __init__(self) -> None:
+        self.kernel_before_s = reference_kernel_seconds(WATCH_WARMUP_S, WATCH_KERNEL_S)
         self.started, self.others_s = time.perf_counter(), _process_cpu_seconds(os.getpid())
 
     def verdict(self) -> dict:
@@ -118,5 +125,7 @@ class Watch:
         contended = cores is not None and cores > OTHERS_MAX_CORES
         why = (f"other processes used {cores:.2f} cores on average during the timed runs (limit "
                f"{OTHERS_MAX_CORES})" if contended else "quiet" if cores is not None else "unknown (no /proc)")
+        kernel_ms = {"before": 1000 * self.kernel_before_s,
+                     "after": 1000 * reference_kernel_seconds(WATCH_WARMUP_S, WATCH_KERNEL_S)}
         return {"others_cores": cores, "seconds": round(seconds, 1), "load_average": os.getloadavg()[0],
-                "contended": contended, "why": why}
+                "contended": contended, "why": why, "kernel_ms": kernel_ms}

@@ -55,6 +55,10 @@ def results_markdown(results: dict[str, Any]) -> str:
     busy = results.get("contention")
     if busy and busy["contended"]:
         lines.append(f"**Timings contended**: {busy['why']}; tokens/s and speed-ups are not this machine's alone.")
+    if busy and busy.get("kernel_ms"):
+        lines.append(f"Machine speed: the reference kernel (adaspec.evaluation.contention) took "
+                     f"{busy['kernel_ms']['before']:.1f} ms before the timed runs and {busy['kernel_ms']['after']:.1f} "
+                     f"ms after; compare absolute timings of two evaluations only where it agrees.")
     if results.get("code_sandbox"):
         lines.append(f"The generated code ran in the sandbox under {results['code_sandbox']}.")
     return "\n".join(lines) + "\n"
