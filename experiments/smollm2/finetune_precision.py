@@ -62,8 +62,8 @@ def main() -> None:
             for precision in PRECISIONS:  # interleaved, so a drift of the machine hits both alike
                 runs.append(one_run(precision, args.steps, Path(scratch) / f"{precision}-{repeat}"))
                 print(f"[finetune_precision] {runs[-1]}", flush=True)
-                write_json_atomically(args.out, summary(runs, args.steps, args.repeats))  # kept if cut short
-    result = summary(runs, args.steps, args.repeats)
+                result = summary(runs, args.steps, args.repeats)
+                write_json_atomically(args.out, result)  # after each run: kept if cut short
     print(f"[finetune_precision] median s/step {result['median_seconds_per_step']}; bf16 {result['bf16_speedup']}x; "
           f"wrote {args.out}")
 

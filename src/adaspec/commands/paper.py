@@ -177,14 +177,14 @@ def task_of_step(step: str, tasks) -> str:
     args = step.split()
     config = next(a.split("=", 1)[1] for a in args if a.startswith("paper="))
 
-    def owns(task) -> bool:
+    def owns(task) -> bool:  # task.args()[1:]: its overrides after paper=, draft_overrides and paths.root
         return (config == task.files or config.startswith(task.files + "_")) and all(
-            o in args for o in (*task.draft_overrides, *task.root_override))
+            o in args for o in task.args()[1:])
 
     owners = [t for t in tasks if owns(t)]
     if not owners:
         return config
-    return max(owners, key=lambda t: (len(t.files), len(t.draft_overrides) + len(t.root_override))).name
+    return max(owners, key=lambda t: (len(t.files), len(t.args()))).name
 
 
 def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:
