@@ -143,8 +143,11 @@ models: install
 gpu-check: install
 	$(PY) -m adaspec.commands.gpu_check $(ARGS)
 
+# one pytest worker per core (the tests run their models on one thread each); a file's tests stay on one worker,
+# so a module's fixtures are built once. PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= auto
 test: install
-	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q --durations=25
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
 
 test-slow: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m slow -q
