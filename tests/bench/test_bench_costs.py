@@ -13,7 +13,7 @@ from adaspec.commands import bench_costs
 from adaspec.evaluation import contention
 from tests.decoding.test_serving import tiny_llama
 
-ARGS = ["--servings", "float32,bfloat16,float32-static", "--threads", "1", "--ns", "1,2,4", "--repeats", "3",
+ARGS = ["--servings", "float32,bfloat16,float32-static,bfloat16-int8", "--threads", "1", "--ns", "1,2,4", "--repeats", "3",
         "--context", "16", "--no-draft", "--name", "tiny"]
 
 
@@ -38,7 +38,8 @@ def test_the_cost_curve_has_every_configuration_and_point(target_folder, tmp_pat
     assert json.loads(written.read_text())["curves"] == json.loads(json.dumps(payload["curves"]))
     assert written.with_suffix(".png").stat().st_size > 0
     assert code == (bench_costs.EXIT_CONTENDED if payload["contention"]["contended"] else 0)
-    assert set(payload["curves"]) == {"target/float32/t1", "target/bfloat16/t1", "target/float32-static/t1"}
+    assert set(payload["curves"]) == {"target/float32/t1", "target/bfloat16/t1", "target/float32-static/t1",
+                                      "target/bfloat16-int8/t1"}
     for name, curve in payload["curves"].items():
         assert set(curve["points"]) == {"1", "2", "4"}
         assert curve["serving"] == name.split("/")[1] and curve["threads"] == 1
@@ -47,6 +48,9 @@ def test_the_cost_curve_has_every_configuration_and_point(target_folder, tmp_pat
             assert point["low_s"] <= point["median_s"] <= point["high_s"] and point["repeats"] == 3
     params = payload["target_parameters"]
     assert payload["curves"]["target/bfloat16/t1"]["weight_bytes"] == 2 * params
+    int8_bytes = payload["curves"]["target/bfloat16-int8/t1"]["weight_bytes"]  # embeddings stay bfloat16
+    assert params < int8_bytes < 2 * params
+    assert payload["bandwidth_floor_s"]["int8 weights"] == pytest.approx(payload["bandwidth_floor_s"]["bfloat16"] / 2)
     assert payload["bandwidth_floor_s"]["float32"] == pytest.approx(2 * payload["bandwidth_floor_s"]["bfloat16"])
     assert payload["bandwidth_floor_s"]["float32"] == pytest.approx(4 * params / payload["read_bandwidth_gbs"] / 1e9)
 

@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
 from adaspec.decoding import FixedGamma, speculative_generate, target_generate
 from adaspec.decoding.exactness import first_divergence
 from adaspec.decoding.serving import Served, Serving
+from adaspec.decoding.weight_only_int8 import WeightOnlyInt8Linear
 from adaspec.drafts import ModelDraft
 from tests.decoding.conftest import noisy_copy
 from tests.decoding.test_speculative import (
@@ -51,10 +52,13 @@ def served(model, name: str) -> Served:
 
 
 def test_serving_names_round_trip_and_reject_what_cannot_run():
-    for name in ("float32", "bfloat16", "float32-static", "bfloat16-compiled", "bfloat16-compiled-w2"):
+    for name in ("float32", "bfloat16", "float32-static", "bfloat16-compiled", "bfloat16-compiled-w2",
+                 "bfloat16-int8", "float32-attn_eager", "bfloat16-int8-attn_sdpa-compiled-w2"):
         assert Serving.parse(name).name == name
     assert Serving.parse("bfloat16-compiled-w2").min_width == 2
-    for bad in ("float32-static-w2", "float32-w2", "bfloat16-compiled-wx"):
+    assert Serving.parse("bfloat16-int8-attn_eager-static") == Serving("bfloat16", "static", False, 1, "int8", "eager")
+    for bad in ("float32-static-w2", "float32-w2", "bfloat16-compiled-wx", "float32-attn_eager-int8",
+                "float32-attn_flash", "float32-int4", "float32-static-compiled"):
         with pytest.raises(ValueError):
             Serving.parse(bad)
     assert Serving.parse("bfloat16-compiled") == Serving("bfloat16", "static", True)
@@ -194,3 +198,28 @@ def test_the_training_monitor_decodes_the_target_in_the_serving_dtype(llama, pro
         for model in (in_use, copy.deepcopy(llama).to(torch.bfloat16))
     )
     assert measured == independent
+
+
+def test_int8_weights_and_eager_attention_reach_the_model_and_decode_exactly(llama, prompts):
+    """Weight-only int8: every linear layer holds int8 weights (a quarter of the float32 bytes), its logits are
+    the float32 model's up to the rounding of the weights, and speculative decoding on it is still exactly its
+    own greedy output. Eager attention gives sdpa's outputs."""
+    int8 = served(llama, "float32-int8")
+    linears = [m for m in int8.model.modules() if isinstance(m, WeightOnlyInt8Linear)]
+    assert linears and not any(isinstance(m, torch.nn.Linear) for m in int8.model.modules())
+    assert all(m.weight.dtype == torch.int8 for m in linears)
+    ids = prompts[3]
+    with torch.inference_mode():
+        dense, rounded = llama(ids).logits, int8.model(ids).logits
+    assert not torch.equal(dense, rounded) and float((dense - rounded).norm() / dense.norm()) < 0.1
+    draft = ModelDraft(noisy_copy(llama, 0.1, seed=1))
+    for ids in prompts[:4]:
+        reference = target_generate(int8, ids, max_new_tokens=16, eos_token_id=None).tokens
+        spec = speculative_generate(int8, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                    eos_token_id=None)
+        assert spec.tokens == reference
+    eager = served(llama, "float32-attn_eager")
+    assert eager.model.config._attn_implementation == "eager" and llama.config._attn_implementation == "sdpa"
+    for ids in prompts[:4]:
+        assert (target_generate(eager, ids, max_new_tokens=16, eos_token_id=None).tokens
+                == target_generate(llama, ids, max_new_tokens=16, eos_token_id=None).tokens)

@@ -5,7 +5,7 @@
                                    [--draft-servings float32,bfloat16] [--draft FOLDER] [--k 0.4]
                                    [hydra overrides naming the trained pair, as for stages 2-3 ...]
 
-For the target in every serving configuration of `--servings` (`<dtype>[-static|-compiled]`, see
+For the target in every serving configuration of `--servings` (`<dtype>[-int8][-attn_eager][-static|-compiled]`, see
 `adaspec.decoding.serving`) at every torch thread count of `--threads`, and for the trained draft (of `--k`, or
 `--draft`, when it exists) in every eager configuration of `--draft-servings`: one forward of n new tokens over a
 `--context`-token cache for every n of `--ns`, interleaved repeats, medians with 95 % intervals
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     servings = [parse_serving(name, "--servings") for name in args.servings]
     draft_servings = [parse_serving(name, "--draft-servings") for name in args.draft_servings]
     if any(s.compile or s.kv_cache == "static" for s in draft_servings):
-        raise UserError("--draft-servings: a draft decodes eager on a dynamic cache; give dtypes only, e.g. "
-                        "float32,bfloat16")
+        raise UserError("--draft-servings: a draft decodes eager on a dynamic cache; give eager servings only, "
+                        "e.g. float32,bfloat16,bfloat16-int8")
     target_folder = args.target or paths.final(paths.target_dir(cfg))
     if not (target_folder / "config.json").is_file():
         raise UserError(f"no target model in {target_folder}: run stage 1 first (make stage1 ARGS=...) "
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(max(args.threads))  # the guard's kernel runs at the same threads before and after
     before = contention.read()
     target = load_model(target_folder).eval()
+    params = sum(p.numel() for p in target.parameters())  # before any serving quantises a copy
     configurations = [Configuration(f"target/{s.name}/t{t}", Served(copy.deepcopy(target), s), t)
                       for s in servings for t in args.threads]
     if draft_folder is not None:
@@ -103,8 +104,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     curves = measure_curve(configurations, args.ns, args.context, args.repeats)
     torch.set_num_threads(max(args.threads))
     bandwidth = read_bandwidth_gbs()
-    params = sum(p.numel() for p in configurations[0].served.model.parameters())
     floors = {dtype: params * DTYPES[dtype].itemsize / (bandwidth * 1e9) for dtype in {s.dtype for s in servings}}
+    if any(s.weights == "int8" for s in servings):
+        floors["int8 weights"] = params / (bandwidth * 1e9)
     verdict = contention.judge(before, contention.read())
 
     payload = {

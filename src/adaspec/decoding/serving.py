@@ -30,16 +30,20 @@ from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import Cache
 
 from adaspec.decoding.kv import crop_cache, forward, run
+from adaspec.decoding.weight_only_int8 import quantize_weight_only_int8
 from adaspec.errors import UserError
 
 CAPACITY_STEP = 512
 # the config offers float32 and bfloat16 (decode.*_dtype); the tests also decode float64 models
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+WEIGHTS = ("dense", "int8")  # int8: weight-only, adaspec.decoding.weight_only_int8
+ATTENTION = (None, "sdpa", "eager")  # transformers' attn_implementation; None: as the model was loaded
 
 
 @dataclass(frozen=True)
 class Serving:
-    """One serving configuration (the `decode.target_dtype`, `decode.kv_cache` and `decode.compile` keys)."""
+    """One serving configuration (the `decode.target_dtype`, `decode.kv_cache` and `decode.compile` keys; the
+    weights' storage and the attention kernel are `make bench-costs` rows)."""
 
     dtype: str = "float32"
     kv_cache: str = "dynamic"
@@ -48,10 +52,15 @@ class Serving:
     # two-token one (bench/results/costs-smollm2.json), so target-only decoding may pad its one token to two:
     # a baseline configuration of its own (`bfloat16-compiled-w2`), timed beside the others
     min_width: int = 1
+    weights: str = "dense"
+    attention: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.weights not in WEIGHTS or self.attention not in ATTENTION:
+            raise ValueError(f"weights must be one of {WEIGHTS} and attention one of {ATTENTION}, "
+                             f"got {self.weights!r} and {self.attention!r}")
         if self.compile and self.kv_cache != "static":
             raise ValueError("a compiled model decodes on a preallocated cache: kv_cache='static'")
         if self.min_width < 1 or (self.min_width > 1 and not self.compile):
@@ -64,17 +73,28 @@ class Serving:
 
     @classmethod
     def parse(cls, name: str) -> Serving:
-        """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, `bfloat16-compiled-w2`, ..."""
-        dtype, _, rest = name.partition("-")
-        kind, _, width = rest.partition("-w")
-        if kind not in ("", "static", "compiled") or (width and (kind != "compiled" or not width.isdigit())):
-            raise ValueError(f"serving configuration {name!r}: expected <dtype>[-static|-compiled[-w<min width>]]")
-        return cls(dtype, "dynamic" if kind == "" else "static", kind == "compiled", int(width or 1))
+        """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, `bfloat16-compiled-w2`,
+        `bfloat16-int8`, `float32-attn_eager-compiled`, ...: what `name` writes."""
+        dtype, *parts = name.split("-")
+        weights = "int8" if parts[:1] == ["int8"] else "dense"
+        parts = parts[weights == "int8":]
+        attention = parts[0][len("attn_"):] if parts[:1] and parts[0].startswith("attn_") else None
+        parts = parts[attention is not None:]
+        kind = parts[0] if parts else ""
+        width = parts[1] if len(parts) == 2 and parts[1].startswith("w") else None
+        if kind not in ("", "static", "compiled") or len(parts) > 1 + (width is not None) \
+                or (width is not None and (kind != "compiled" or not width[1:].isdigit())):
+            raise ValueError(f"serving configuration {name!r}: expected "
+                             f"<dtype>[-int8][-attn_eager|-attn_sdpa][-static|-compiled[-w<min width>]]")
+        return cls(dtype, "dynamic" if kind == "" else "static", kind == "compiled", int(width[1:] if width else 1),
+                   weights, attention)
 
     @property
     def name(self) -> str:
         kind = "-compiled" if self.compile else "-static" if self.kv_cache == "static" else ""
-        return self.dtype + kind + (f"-w{self.min_width}" if self.min_width > 1 else "")
+        return (self.dtype + ("-int8" if self.weights == "int8" else "")
+                + ("" if self.attention is None else f"-attn_{self.attention}")
+                + kind + (f"-w{self.min_width}" if self.min_width > 1 else ""))
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -96,6 +116,10 @@ class Served:
         self.model, self.serving, self.config = model, serving, model.config
         if next(model.parameters()).dtype != serving.torch_dtype:
             model.to(serving.torch_dtype)
+        if serving.attention not in (None, model.config._attn_implementation):
+            model.set_attn_implementation(serving.attention)
+        if serving.weights == "int8":
+            quantize_weight_only_int8(model)
         self.widths: list[int] = []  # the compiled step widths, ascending
         self.feature_widths: list[int] = []  # those of the graphs that also return hidden states
         self._static_caches: dict[int, StaticCache] = {}

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from adaspec.decoding.serving import Served
+from adaspec.decoding.weight_only_int8 import WeightOnlyInt8Linear
 from adaspec.diagnostics.cost_ratio import median_interval
 
 
@@ -44,7 +45,9 @@ def read_bandwidth_gbs(megabytes: int = 512, repeats: int = 5) -> float:
 
 
 def weight_bytes(served: Served) -> int:
-    return sum(p.numel() * p.element_size() for p in served.model.parameters())
+    """Bytes of the weights: the parameters, and the int8 layers' weights and scales (buffers)."""
+    int8 = [b for m in served.model.modules() if isinstance(m, WeightOnlyInt8Linear) for b in m.buffers()]
+    return sum(t.numel() * t.element_size() for t in [*served.model.parameters(), *int8])
 
 
 @torch.inference_mode()
