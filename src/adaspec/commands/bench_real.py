@@ -146,8 +146,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="bench the training-free drafts of the baseline group only (no trained draft needed)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--serving", default=None,
-                        help="the target's serving configuration for speculative decoding, <dtype>[-static|-compiled] "
-                             "(default: the config's decode.target_dtype, decode.kv_cache and decode.compile)")
+                        help="the target's serving configuration for speculative decoding, "
+                             "<dtype>[-int8][-attn_eager][-static|-compiled] (default: the config's "
+                             "decode.target_dtype, decode.kv_cache and decode.compile)")
     parser.add_argument("--servings", type=lambda s: [x for x in s.split(",") if x], default=["float32"],
                         help="further target-only configurations timed beside it; speed-ups are against the fastest")
     parser.add_argument("--draft-dtype", default=None, help="the trained draft's dtype (default: decode.draft_dtype)")
