@@ -112,7 +112,8 @@ def plot_curves(curves: dict[str, dict], floors: dict[str, float], path) -> None
     for label, seconds in floors.items():
         axes[0].axhline(seconds * 1e3, linestyle=":", color="grey")
         axes[0].annotate(f"floor {label}", (1, seconds * 1e3), fontsize=7, color="grey")
-    axes[0].set(xlabel="new tokens n", ylabel="ms per forward", title="one forward over the cached context")
+    axes[0].set(xlabel="new tokens n", ylabel="ms per forward (log scale)", title="one forward over the cached context",
+                yscale="log")  # one slow configuration would flatten the others on a linear axis
     axes[1].set(xlabel="new tokens n", ylabel="x one-token step", title="cost relative to n = 1")
     axes[1].axhline(1.0, color="grey", linewidth=0.5)
     for ax in axes:
