@@ -22,7 +22,6 @@ outputs/bench/loop-changes/).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -52,8 +51,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def one_serving(serving: str, args: argparse.Namespace) -> dict:
     argv = ["--name", serving, "--out", str(RUNS), "--prompts", str(args.prompts), "--gammas", str(args.gamma),
-            "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads), "--temperatures", "0", "--no-adaptive", "--serving", serving, "--servings", serving,
-            *(args.overrides or DEMO_REAL), "baseline=[]"]
+            "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads), "--temperatures", "0",
+            "--no-adaptive", "--serving", serving, "--servings", serving, *(args.overrides or DEMO_REAL), "baseline=[]"]
     watch = Watch()
     payload = bench_real.main(argv)
     row = next(r for r in payload["rows"] if r["draft"] == "trained")
@@ -77,17 +76,17 @@ def table(runs: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    runs = []
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    result = {"command": "python experiments/smollm2/loop_changes.py " + " ".join(argv), "gamma": args.gamma,
+              "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "runs": []}
     for serving in [s for s in args.servings.split(",") if s]:
-        runs.append(one_serving(serving, args))
-        result = {"command": "python experiments/smollm2/loop_changes.py " + " ".join(argv or sys.argv[1:]),
-                  "gamma": args.gamma, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "runs": runs}
+        result["runs"].append(one_serving(serving, args))
         write_json_atomically(args.out.with_suffix(".json"), result, sort_keys=True)  # after every serving
-    text = table(runs)
+    text = table(result["runs"])
     args.out.with_suffix(".md").write_text(text + "\n")
     print(text)
-    return json.loads(args.out.with_suffix(".json").read_text())
+    return result
 
 
 if __name__ == "__main__":

@@ -75,14 +75,12 @@ class Serving:
     def parse(cls, name: str) -> Serving:
         """From a `name`: `float32`, `bfloat16-static`, `bfloat16-compiled`, `bfloat16-compiled-w2`,
         `bfloat16-int8`, `float32-attn_eager-compiled`, ...: what `name` writes."""
-        dtype, *parts = name.split("-")
-        weights = "int8" if parts[:1] == ["int8"] else "dense"
-        parts = parts[weights == "int8":]
-        attention = parts[0][len("attn_"):] if parts[:1] and parts[0].startswith("attn_") else None
-        parts = parts[attention is not None:]
-        kind = parts[0] if parts else ""
-        width = parts[1] if len(parts) == 2 and parts[1].startswith("w") else None
-        if kind not in ("", "static", "compiled") or len(parts) > 1 + (width is not None) \
+        dtype, *parts = name.split("-")  # each optional part in its place, taken off the front
+        weights = parts.pop(0) if parts[:1] == ["int8"] else "dense"
+        attention = parts.pop(0)[len("attn_"):] if parts and parts[0].startswith("attn_") else None
+        kind = parts.pop(0) if parts else ""
+        width = parts.pop(0) if parts and parts[0].startswith("w") else None
+        if parts or kind not in ("", "static", "compiled") \
                 or (width is not None and (kind != "compiled" or not width[1:].isdigit())):
             raise ValueError(f"serving configuration {name!r}: expected "
                              f"<dtype>[-int8][-attn_eager|-attn_sdpa][-static|-compiled[-w<min width>]]")
