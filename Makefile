@@ -115,11 +115,14 @@ bench: install
 
 # Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
-# DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default, or
-# DRAFTS="$(INDEPENDENT)" for demo-real-independent's drafts
-DRAFTS ?= $(EAGLE3)
+# DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default, served in
+# bfloat16 (half the float32 head's step on this CPU, same alpha), or DRAFTS="$(INDEPENDENT)" for
+# demo-real-independent's drafts. SERVINGS: the target compiled in bfloat16 for speculative decoding, timed
+# against target-only decoding in it and in the two other fastest configurations measured here.
+DRAFTS ?= $(EAGLE3) decode.draft_dtype=bfloat16
+SERVINGS ?= --serving bfloat16-compiled --servings float32-compiled,bfloat16-compiled-w2
 bench-real: install
-	$(PY) -m adaspec.commands.bench_real $(REAL) $(DRAFTS) $(ARGS)
+	$(PY) -m adaspec.commands.bench_real $(SERVINGS) $(REAL) $(DRAFTS) $(ARGS)
 
 # The cost curve: one target (and draft) forward of n = 1..9 new tokens over a cached context, per serving
 # configuration (dtype, eager or compiled) -> bench/results/costs-<name>.json and .png; refuses a busy machine.

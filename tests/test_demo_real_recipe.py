@@ -73,8 +73,14 @@ def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_an
     }
 
 
-def test_bench_real_reads_demo_real_drafts():
-    (module, overrides), = recipe("bench-real")
-    cfg = checked_config(*overrides)
+def test_bench_real_reads_demo_real_drafts_and_serves_them_as_the_readme_measured():
+    from adaspec.commands.bench_real import parse_args
+
+    (module, argv), = recipe("bench-real")
+    args = parse_args(argv)
+    cfg = checked_config(*args.overrides)
     assert module == "adaspec.commands.bench_real" and cfg.model.draft_kind == "eagle3"
+    # the head in bfloat16, the target compiled in bfloat16 against the fastest target-only configurations
+    assert str(cfg.decode.draft_dtype) == "bfloat16" and args.draft_dtype is None
+    assert args.serving == "bfloat16-compiled" and args.servings == ["float32-compiled", "bfloat16-compiled-w2"]
     assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))  # the reference's command
