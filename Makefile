@@ -115,9 +115,9 @@ bench: install
 
 # Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
-# DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default, served in
-# bfloat16 (half the float32 head's step on this CPU, same alpha), or DRAFTS="$(INDEPENDENT)" for
-# demo-real-independent's drafts. SERVINGS: the target compiled in bfloat16 for speculative decoding, timed
+# DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default (bench-real serves
+# them in bfloat16: half the float32 head's step on this CPU, same alpha; bench-costs times the dtypes of its
+# --draft-servings), or DRAFTS="$(INDEPENDENT)" for demo-real-independent's drafts. SERVINGS: the target compiled in bfloat16 for speculative decoding, timed
 # against target-only decoding in it and in the two other fastest configurations measured here.
 DRAFTS ?= $(EAGLE3) decode.draft_dtype=bfloat16
 SERVINGS ?= --serving bfloat16-compiled --servings float32-compiled,bfloat16-compiled-w2

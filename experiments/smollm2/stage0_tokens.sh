@@ -14,7 +14,9 @@ if [[ -f $full && ! -f $out/smollm2_gsm8k_capacity_h128/seed$seed/main.json ]]; 
   mkdir -p "$out/smollm2_gsm8k_capacity_h128/seed$seed"
   cp "$full" "$out/smollm2_gsm8k_capacity_h128/seed$seed/main.json"
 fi
-for share in none x0.25 x2; do
-  make --no-print-directory paper ARGS="--tasks smollm2_gsm8k_stage0_$share --seeds $seed --results $out"
+tasks=$(.venv/bin/python -c "from adaspec.paper.plan import CAPACITY, GROUPS
+print(' '.join(t for t in GROUPS['$group'] if t != CAPACITY[0].name))")  # all but the copied full-data point
+for task in $tasks; do
+  make --no-print-directory paper ARGS="--tasks $task --seeds $seed --results $out"
   make --no-print-directory paper ARGS="--tasks $group --seeds $seed --collect-only --no-sweeps --results $out"
 done
