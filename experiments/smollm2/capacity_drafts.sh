@@ -4,7 +4,7 @@
 # twice the time). The steps are the paper plan's own (`paper --dry-run`), so the drafts are capacity.sh's,
 # bit for bit; each skips itself when finished: rerun the same command after an interruption.
 #   experiments/smollm2/capacity_drafts.sh 0 h128 h384     (seed, sizes; about 30 min a size alone on two cores)
-#   DRY_RUN=1 ... prints the steps instead
+#   KS=1 ...      the drafts at these k only (default: 0.4 1); DRY_RUN=1 ... prints the steps instead
 set -euo pipefail
 python=${PYTHON:-.venv/bin/python}
 seed=${1:-0}; shift || true
@@ -13,6 +13,7 @@ for size in "${sizes[@]}"; do
   mapfile -t steps < <($python -m adaspec.commands.paper --tasks "smollm2_gsm8k_capacity_$size" \
     --seeds "$seed" --dry-run | grep -E '^python -m adaspec\.commands\.(train|cache) paper=smollm2_gsm8k_capacity(_target)?( |$)')
   for step in "${steps[@]}"; do
+    case $step in *stage=draft*) [[ " ${KS:-0.4 1} " == *" ${step##* k=} "* ]] || continue ;; esac
     case $step in *commands.train*) step="$step resume=true" ;; esac
     if [ -n "${DRY_RUN:-}" ]; then echo "$step"; continue; fi
     echo "[capacity_drafts] $step" >&2

@@ -3,7 +3,8 @@
 # EAGLE-3 head: the capacity experiment's when it has one, else make demo-real's AdaSPEC k=0.4 head and its
 # DistillSpec reference, which stage 3 at k=1 reproduces bit for bit) and prompt lookup, timed on the 40 test
 # prompts greedy and at temperature 1 in one bench-real process: one set of target-only runs in every serving
-# configuration, speed-ups against the fastest of them. Writes bench/results/capacity-seed<s>-g<gamma>.json.
+# configuration of `make bench-real`, speed-ups against the fastest of them.
+# Writes bench/results/capacity-seed<s>-g<gamma>.json.
 #   experiments/smollm2/capacity_serving.sh 0 3 [bench-real options, e.g. --draft-dtype bfloat16]
 #   KS="1" ...                 the independent drafts at these k only (default: 0.4 1)
 #   DRY_RUN=1 ...              prints the command instead
@@ -27,4 +28,4 @@ fi
 [ ${#drafts[@]} -gt 0 ] || { echo "no finished capacity draft under $root: run experiments/smollm2/capacity_drafts.sh $seed" >&2; exit 1; }
 exec ${DRY_RUN:+echo} .venv/bin/python -m adaspec.commands.bench_real --name "capacity-seed$seed-g$gamma" --prompts 40 \
   --gammas "$gamma" --temperatures 0,1 --no-adaptive --serving bfloat16-compiled \
-  --servings float32,float32-compiled,bfloat16-compiled-w2 "${drafts[@]}" "$@" paper=smollm2_gsm8k_capacity seed="$seed"
+  --servings float32-compiled,bfloat16-compiled-w2 "${drafts[@]}" "$@" paper=smollm2_gsm8k_capacity seed="$seed"
