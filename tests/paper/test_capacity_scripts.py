@@ -35,6 +35,9 @@ def test_capacity_drafts_takes_the_forward_kl_steps_of_the_plan_and_resumes_each
     assert not any("commands.evaluate" in s for s in steps)
     assert any(s.startswith("python -m adaspec.commands.cache paper=smollm2_gsm8k_capacity") for s in steps)
 
+    only_distillspec = run("capacity_drafts.sh", "3", "h256", KS="1").stdout.splitlines()
+    assert only_distillspec == [s for s in steps if " k=0.4 " not in s]
+
 
 def finished(folder: Path) -> None:
     folder.mkdir(parents=True)
