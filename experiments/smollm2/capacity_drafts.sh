@@ -12,6 +12,7 @@ sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(h128 h256 h384)
 for size in "${sizes[@]}"; do
   mapfile -t steps < <($python -m adaspec.commands.paper --tasks "smollm2_gsm8k_capacity_$size" \
     --seeds "$seed" --dry-run | grep -E '^python -m adaspec\.commands\.(train|cache) paper=smollm2_gsm8k_capacity(_target)?( |$)')
+  [ ${#steps[@]} -gt 0 ] || { echo "capacity_drafts.sh: no size $size in the plan; sizes: h128 h256 h384" >&2; exit 2; }
   for step in "${steps[@]}"; do
     case $step in *stage=draft*) [[ " ${KS:-0.4 1} " == *" ${step##* k=} "* ]] || continue ;; esac
     case $step in *commands.train*) step="$step resume=true" ;; esac

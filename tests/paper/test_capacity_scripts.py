@@ -39,6 +39,12 @@ def test_capacity_drafts_takes_the_forward_kl_steps_of_the_plan_and_resumes_each
     assert only_distillspec == [s for s in steps if " k=0.4 " not in s]
 
 
+def test_capacity_drafts_names_the_sizes_when_given_one_the_plan_lacks():
+    result = run("capacity_drafts.sh", "0", "h512")
+    assert result.returncode == 2
+    assert "no size h512 in the plan; sizes: h128 h256 h384" in result.stderr
+
+
 def finished(folder: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "meta.json").write_text("{}")
