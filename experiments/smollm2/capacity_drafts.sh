@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30 (4): only the drafts capacity_serving.sh times, per size: stage 0, the forward-KL reference and the
 # forward-KL drafts at k=0.4 and k=1 (capacity.sh also trains the -log alpha and LK arms and evaluates them:
-# twice the time). The steps are the paper plan's own (`paper --dry-run`), so the drafts are capacity.sh's,
-# bit for bit; each skips itself when finished: rerun the same command after an interruption.
+# twice the time). The steps are the paper plan's own (`paper --dry-run`): the same configs as capacity.sh's
+# (not always the same bits on another machine: experiments/README.md); each skips itself when finished.
 #   experiments/smollm2/capacity_drafts.sh 0 h128 h384     (seed, sizes; about 30 min a size alone on two cores)
 #   KS=1 ...      the drafts at these k only (default: 0.4 1); DRY_RUN=1 ... prints the steps instead
 set -euo pipefail

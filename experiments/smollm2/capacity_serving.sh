@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 30 (4): the capacity experiment's finished forward-KL drafts of one seed (each independent size, and the
 # EAGLE-3 head: the capacity experiment's when it has one, else make demo-real's AdaSPEC k=0.4 head and its
-# DistillSpec reference, which stage 3 at k=1 reproduces bit for bit) and prompt lookup, timed on the 40 test
+# DistillSpec reference, which stage 3 at k=1 reproduces bit for bit), timed on the 40 test
 # prompts greedy and at temperature 1 in one bench-real process: one set of target-only runs in every serving
-# configuration of `make bench-real`, speed-ups against the fastest of them.
+# configuration of `make bench-real`, speed-ups against the fastest of them. No prompt-lookup row: the paper
+# configs (experiments/paper/smollm2_gsm8k.yaml) override the baseline group to none.
 # Writes bench/results/capacity-seed<s>-g<gamma>.json.
 #   experiments/smollm2/capacity_serving.sh 0 3 [bench-real options, e.g. --draft-dtype bfloat16]
 #   KS="1" ...                 the independent drafts at these k only (default: 0.4 1)
