@@ -3,8 +3,8 @@
 # EAGLE-3 head: the capacity experiment's when it has one, else make demo-real's AdaSPEC k=0.4 head and its
 # DistillSpec reference, which stage 3 at k=1 reproduces bit for bit), timed on the 40 test
 # prompts greedy and at temperature 1 in one bench-real process: one set of target-only runs in every serving
-# configuration of `make bench-real`, speed-ups against the fastest of them. No prompt-lookup row: the paper
-# configs (experiments/paper/smollm2_gsm8k.yaml) override the baseline group to none.
+# configuration of `make bench-real`, speed-ups against the fastest of them, and prompt lookup as a row of its
+# own (the paper configs override the baseline group to none; `baseline=[prompt_lookup]` puts it back).
 # Writes bench/results/capacity-seed<s>-g<gamma>.json.
 #   experiments/smollm2/capacity_serving.sh 0 3 [bench-real options, e.g. --draft-dtype bfloat16]
 #   KS="1" ...                 the independent drafts at these k only (default: 0.4 1)
@@ -29,4 +29,4 @@ fi
 [ ${#drafts[@]} -gt 0 ] || { echo "no finished capacity draft under $root: run experiments/smollm2/capacity_drafts.sh $seed" >&2; exit 1; }
 exec ${DRY_RUN:+echo} .venv/bin/python -m adaspec.commands.bench_real --name "capacity-seed$seed-g$gamma" --prompts 40 \
   --gammas "$gamma" --temperatures 0,1 --no-adaptive --serving bfloat16-compiled \
-  --servings float32-compiled,bfloat16-compiled-w2 "${drafts[@]}" "$@" paper=smollm2_gsm8k_capacity seed="$seed"
+  --servings float32-compiled,bfloat16-compiled-w2 "${drafts[@]}" "$@" paper=smollm2_gsm8k_capacity seed="$seed" 'baseline=[prompt_lookup]'

@@ -66,7 +66,7 @@ def test_capacity_serving_benches_every_finished_draft_and_demo_reals_heads_when
     assert f"demo-real-head-k1={demo.relative_to(tmp_path)}/ref-eagle3-target-answers/final" in command
     assert command[command.index("--name") + 1] == "capacity-seed0-g2" and command[command.index("--gammas") + 1] == "2"
     assert command.index("--draft-dtype") < command.index("paper=smollm2_gsm8k_capacity")
-    assert "--draft-dtype" in command and command[-1] == "seed=0"
+    assert command[-2:] == ["seed=0", "baseline=[prompt_lookup]"]  # prompt lookup: a row of its own
 
     everything = run("capacity_serving.sh", "0", cwd=tmp_path).stdout.split()
     assert "h128-k0.4=" + str(seed0.relative_to(tmp_path) / "draft-k0.4-target-answers/final") in everything
