@@ -50,3 +50,30 @@ def test_refuses_a_count_that_is_not_a_number():
     result = run("many")
     assert result.returncode == 2
     assert "N must be a number of training problems, got 'many'" in result.stderr
+
+
+def test_the_steps_control_trains_e_epochs_in_a_folder_and_bench_of_its_own(tmp_path):
+    trained = run("500", STEPS="train", EPOCHS="12").stdout.splitlines()
+    for step in trained:  # the last max_epochs wins over demo-real's stage.max_epochs=6 in the reference step
+        assert step.endswith(" paths.root=outputs/head-answers/n500-e12 task.n_train=500 stage.max_epochs=12")
+    assert "stage.max_epochs=6" in trained[-1]
+
+    head = tmp_path / "final"
+    head.mkdir()
+    (head / "meta.json").write_text("{}")
+    command = run("500", STEPS="bench", EPOCHS="12", HEAD=str(head)).stdout.split()
+    assert command[command.index("--name") + 1] == "head-answers-n500-e12-g3"
+    drafts = [command[i + 1] for i, word in enumerate(command) if word == "--draft"]
+    assert drafts[1] == "head-n500-e12=outputs/head-answers/n500-e12/gsm8k/smollm2/seed0/ref-eagle3-target-answers/final"
+
+    command = run("500", STEPS="bench", EPOCHS="12", ALSO="n1000", HEAD=str(head)).stdout.split()
+    assert command[command.index("--name") + 1] == "head-answers-n500-e12+n1000-g3"  # one process, three heads
+    drafts = [command[i + 1].split("=")[0] for i, word in enumerate(command) if word == "--draft"]
+    assert drafts == ["head-n500", "head-n500-e12", "head-n1000"]
+
+    unfinished = run("500", STEPS="bench", EPOCHS="7", HEAD=str(head), DRY_RUN="")  # really run: nothing starts
+    assert unfinished.returncode == 1
+    assert "no finished head at outputs/head-answers/n500-e7/" in unfinished.stderr and "for n500-e7 first" in unfinished.stderr
+
+    refused = run("500", EPOCHS="twelve")
+    assert refused.returncode == 2 and "EPOCHS must be a number of epochs, got 'twelve'" in refused.stderr
