@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from adaspec import paths
-from adaspec.commands.bench_real import main, named_drafts
+from adaspec.commands.bench_real import main, named_drafts, speedup_interval
+from adaspec.decoding.stats import GenerationResult
 from adaspec.errors import UserError
 from tests.conftest import TINY
 
@@ -45,6 +46,8 @@ def test_speed_ups_are_against_the_fastest_target_only_configuration(tiny_traine
         assert row["speedup_vs_target"] == row["tokens_per_s"] / max(rates.values())
         assert row["speedup_vs_same_serving"] == row["tokens_per_s"] / rates["float32-static"]
         assert row["speedup_vs_target"] <= row["speedup_vs_same_serving"]
+        low, high = row["speedup_vs_target_95"]  # two prompts: the interval spans their two ratios
+        assert low <= row["speedup_vs_target"] <= high
         assert len(row["greedy_mismatch_details"]) == row["greedy_mismatches"] == 0
 
 
@@ -78,3 +81,20 @@ def test_two_drafts_of_one_name_are_refused():
     with pytest.raises(UserError, match="two drafts named 'draft-k0.4'"):
         named_drafts(["a/draft-k0.4/final", "b/draft-k0.4/final"])
     assert named_drafts(["x/ref/final"]) == {"trained": Path("x/ref/final")}
+
+
+def _timed(seconds: list[float], tokens: int = 10) -> list[GenerationResult]:
+    return [GenerationResult(tokens=[0] * tokens, target_calls=tokens, wall_time_s=s) for s in seconds]
+
+
+def test_the_speed_up_interval_resamples_prompts_in_pairs():
+    """Prompt i of the draft's runs against prompt i of the target's: a draft 2x faster on every prompt has
+    the interval [2, 2] however much the prompts differ from each other; one slow prompt widens it."""
+    target = _timed([1.0, 3.0, 0.5, 2.0, 1.5, 4.0])
+    steady = _timed([s / 2 for s in [1.0, 3.0, 0.5, 2.0, 1.5, 4.0]])
+    assert speedup_interval(steady, target) == pytest.approx([2.0, 2.0])
+    one_slow = _timed([0.5, 1.5, 0.25, 1.0, 0.75, 8.0])  # 2x on five prompts, 0.5x on the last
+    low, high = speedup_interval(one_slow, target)
+    overall = sum(s for s in [1.0, 3.0, 0.5, 2.0, 1.5, 4.0]) / sum([0.5, 1.5, 0.25, 1.0, 0.75, 8.0])
+    assert low < overall < high and high == pytest.approx(2.0) and low < 1.0
+    assert speedup_interval(one_slow, target) == [low, high]  # seeded: the same interval every time

@@ -27,7 +27,9 @@ it); `speedup_vs_same_serving` is against target-only decoding in the speculativ
 Compiled targets compile every step width the run needs first; `compile_seconds` records the cost, which no
 figure includes. Greedy rows count the prompts whose output differs from target-only decoding in the same
 configuration (`greedy_mismatches`) and describe each (`greedy_mismatch_details`: position, the two tokens,
-the target's logit margin between them; `adaspec.decoding.exactness`).
+the target's logit margin between them; `adaspec.decoding.exactness`). `speedup_vs_target_95` is the
+spread of that speed-up over the prompts: a 95 % bootstrap interval, each resample drawing the same prompts for
+the draft and the fastest target-only runs.
 
 HF assisted generation (constant schedule, confidence threshold off) runs beside ours at every fixed gamma
 when HF can run the draft, on the same model in the same dtype (eager: HF's assisted generation takes
@@ -45,6 +47,7 @@ import argparse
 import copy
 import os
 import platform
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -65,6 +68,20 @@ def expected_speedup(alpha: float, gamma: float, draft_s: float, verify_s: float
     return tokens * target_s / (gamma * draft_s + verify_s)
 
 
+def tokens_per_s(results) -> float:
+    return sum(len(r.tokens) for r in results) / sum(r.wall_time_s for r in results)
+
+
+def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) -> list[float]:
+    """95 % percentile-bootstrap interval of tokens_per_s(results) / tokens_per_s(baseline) over the prompts,
+    resampled in pairs (prompt i of both lists, timed side by side): how much the ratio rests on a few prompts."""
+    draw = random.Random(seed)
+    n = len(results)
+    ratios = sorted(tokens_per_s([results[i] for i in picks]) / tokens_per_s([baseline[i] for i in picks])
+                    for picks in ([draw.randrange(n) for _ in range(n)] for _ in range(resamples)))
+    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
+
+
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
                     pad_id=None, target_only=None, warm_widths=()):
     """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
@@ -81,16 +98,14 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         for draft_name, draft in drafts.items()
         for name, policy in policies.items()
     ]
-    def rate(results) -> float:
-        return sum(len(r.tokens) for r in results) / sum(r.wall_time_s for r in results)
-
     first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
     m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
                   max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=stop, pad_token_id=pad_id,
                   seed=0, progress=progress, desc=f"bench T={temperature:g}", target_only=target_only,
                   warm_widths=warm_widths)
     own = target.serving.name
-    rates = {own: rate(m.target)} | {name: rate(results) for name, results in m.target_only.items()}
+    target_runs = {own: m.target} | m.target_only
+    rates = {name: tokens_per_s(results) for name, results in target_runs.items()}
     fastest = max(rates, key=rates.get)
 
     def mismatches(results) -> int | None:
@@ -111,23 +126,33 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         draft_s = costs["draft_1_s"][draft_name]
         expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
-        speedup = rate(results) / rates[fastest]
+        speedup = tokens_per_s(results) / rates[fastest]
         hf_row = {}
         if entry_name in m.hf_assisted:
             hf = m.hf_assisted[entry_name]
-            hf_row = {"hf_assisted/tokens_per_s": rate(hf), "speedup_vs_hf_assisted": rate(results) / rate(hf),
+            hf_row = {"hf_assisted/tokens_per_s": tokens_per_s(hf),
+                      "speedup_vs_hf_assisted": tokens_per_s(results) / tokens_per_s(hf),
                       "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
             "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
-            "tokens_per_s": rate(results), "target_only/tokens_per_s": rates[fastest],
+            "tokens_per_s": tokens_per_s(results), "target_only/tokens_per_s": rates[fastest],
             "fastest_target_only": fastest, "target_only_by_serving/tokens_per_s": rates, "serving": own,
-            "speedup_vs_target": speedup, "speedup_vs_same_serving": rate(results) / rates[own],
-            "expected_speedup": expected, "share_of_expected": rate(results) / rates[own] / expected,
+            "speedup_vs_target": speedup, "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
+            "speedup_vs_same_serving": tokens_per_s(results) / rates[own],
+            "expected_speedup": expected, "share_of_expected": tokens_per_s(results) / rates[own] / expected,
             "greedy_mismatches": mismatches(results), "greedy_mismatch_details": mismatch_details(results),
         })
     return rows
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, list):  # an interval
+        return "[" + ", ".join(f"{v:.3g}" for v in value) + "]"
+    return str(value)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -267,10 +292,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                            target_only=target_only, warm_widths=warm_widths)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
-               "speedup_vs_target", "speedup_vs_same_serving", "expected_speedup", "share_of_expected", "greedy_mismatches",
-               "speedup_vs_hf_assisted"]
-    print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]],
-                         cell=lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)))
+               "speedup_vs_target", "speedup_vs_target_95", "speedup_vs_same_serving", "expected_speedup",
+               "share_of_expected", "greedy_mismatches", "speedup_vs_hf_assisted"]
+    print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]], cell=_cell))
     c = ", ".join(f"{name} {value:.3f}" for name, value in payload["costs"]["c"].items())
     print(f"[adaspec] bench-real: c = {c}; fastest target-only: {payload['rows'][0]['fastest_target_only']}; "
           f"wrote {out}")
