@@ -7,16 +7,16 @@
 #   STEPS=train ... / STEPS=bench ...   one half only (default: both)
 #   DRY_RUN=1 ...                       prints the commands instead
 #   HEAD=<final folder> ...             the head to time against (default: demo-real's reference head)
-#   ALSO="n1000 ..." ...                 bench these earlier runs' heads (outputs/head-answers/<tag>) in the same
+#   ALSO="n1000 ..." ...                bench these earlier runs' heads (outputs/head-answers/<tag>) in the same
 #                                       process too, against one set of target-only runs
 #   EPOCHS=E ...                        the reference head trains E epochs instead of demo-real's 6, in
 #                                       outputs/head-answers/n<N>-e<E> (the steps control: N=500 EPOCHS=12 takes
 #                                       the 120 optimizer steps that N=1000 takes in 6)
 # The training steps are demo-real's own (`make -n demo-real`, up to the reference head) with
 # paths.root=outputs/head-answers/n<N> task.n_train=N: their own target folder, answers, caches. The answers to
-# the first 564 problems are the committed ones (copied in when they name the target); the rest are generated
-# (resumable, about 2.5 s each here). Validation stays the next 64 problems' answers (1000-1063 for N=1000).
-# Every step resumes: rerun after an interruption. Writes bench/results/head-answers-n<N>[-e<E>]-g3.json.
+# the first 1,064 problems are committed (copied in when they name the target); any beyond are generated
+# (resumable, about 2.6 s each here). Validation stays the next 64 problems' answers (1000-1063 for N=1000).
+# Every step resumes: rerun after an interruption. Writes bench/results/head-answers-<tag>[+<ALSO>]-g3.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:?usage: experiments/smollm2/head_answers.sh N [bench-real options]}; shift
