@@ -126,22 +126,22 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         draft_s = costs["draft_1_s"][draft_name]
         expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
-        speedup = tokens_per_s(results) / rates[fastest]
+        rate = tokens_per_s(results)
         hf_row = {}
         if entry_name in m.hf_assisted:
             hf = m.hf_assisted[entry_name]
             hf_row = {"hf_assisted/tokens_per_s": tokens_per_s(hf),
-                      "speedup_vs_hf_assisted": tokens_per_s(results) / tokens_per_s(hf),
+                      "speedup_vs_hf_assisted": rate / tokens_per_s(hf),
                       "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
             "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
-            "tokens_per_s": tokens_per_s(results), "target_only/tokens_per_s": rates[fastest],
+            "tokens_per_s": rate, "target_only/tokens_per_s": rates[fastest],
             "fastest_target_only": fastest, "target_only_by_serving/tokens_per_s": rates, "serving": own,
-            "speedup_vs_target": speedup, "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
-            "speedup_vs_same_serving": tokens_per_s(results) / rates[own],
-            "expected_speedup": expected, "share_of_expected": tokens_per_s(results) / rates[own] / expected,
+            "speedup_vs_target": rate / rates[fastest], "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
+            "speedup_vs_same_serving": rate / rates[own],
+            "expected_speedup": expected, "share_of_expected": rate / rates[own] / expected,
             "greedy_mismatches": mismatches(results), "greedy_mismatch_details": mismatch_details(results),
         })
     return rows
