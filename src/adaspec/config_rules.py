@@ -21,6 +21,7 @@ from adaspec.config import (
     StageName,
     TeacherSource,
 )
+from adaspec.decoding.tree_shape import tree_shape
 from adaspec.errors import UserError
 from adaspec.models.attention import check_attn_implementation
 from adaspec.paths import REFERENCE_TAG
@@ -266,6 +267,12 @@ def _validate_decode(decode: DictConfig) -> None:
     _check(reduction in (1, 2), "decode.long_context_reduction", reduction, "must be 1 or 2")
     _check(not decode.compile or decode.kv_cache == "static", "decode.compile", decode.compile,
            "a compiled target decodes on a preallocated cache: add decode.kv_cache=static")
+    tree = decode.get("tree", "off")
+    try:
+        tree_shape(tree)
+    except (ValueError, TypeError) as error:
+        _check(False, "decode.tree", tree, f"{error}; allowed: off, k<top_k>-d<depth>-n<nodes>[+lookup] "
+               "(e.g. k4-d4-n16) or {top_k: 4, depth: 4, nodes: 16, lookup: false}")
 
 
 def _validate_eval(ev: DictConfig) -> None:

@@ -11,7 +11,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from adaspec.decoding import FixedGamma, speculative_generate, target_generate
 from adaspec.decoding.serving import Served, Serving
+from adaspec.decoding.tree import TreeShape
 from adaspec.drafts.eagle3 import Eagle3Draft
+from adaspec.drafts.hybrid import HybridDraft
 from adaspec.evaluation.replay import replay
 from adaspec.models.draft_vocab import DraftVocab
 from adaspec.models.eagle3 import Eagle3Head, eagle3_layers
@@ -230,3 +232,116 @@ def test_a_compiled_target_hands_the_head_its_features_from_a_graph_of_their_own
                                    eos_token_id=None)
         assert out.tokens == reference
     assert compiled.feature_widths == [4]  # every verification padded to the warmed width
+
+
+# ------------------------------------------------------------------------------------------------ trees
+
+TREE_SHAPES = [TreeShape(1, 3, 3), TreeShape(3, 3, 8), TreeShape(4, 5, 20), TreeShape(3, 4, 10, lookup=True)]
+
+
+@pytest.mark.parametrize("shape", TREE_SHAPES, ids=lambda s: s.name)
+def test_tree_decoding_with_the_head_emits_the_targets_greedy_output(trained, target, shape):
+    draft, _ = trained
+    calls = tokens = 0
+    for seed in range(3):
+        ids = prompt(seed)
+        ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=20,
+                                   eos_token_id=None, tree=shape)
+        assert out.tokens == ref.tokens
+        calls, tokens = calls + out.target_calls, tokens + len(out.tokens)
+    assert calls < tokens
+
+
+def test_a_one_wide_tree_of_the_head_is_its_chain_and_a_wide_one_accepts_more(trained, target):
+    draft, _ = trained
+    taus = {}
+    for shape in (None, TreeShape(1, 3, 3), TreeShape(4, 3, 12)):
+        runs = [speculative_generate(target, draft, prompt(s), gamma_policy=FixedGamma(3), max_new_tokens=20,
+                                     eos_token_id=None, tree=shape) for s in range(4)]
+        taus[shape] = sum(len(r.tokens) for r in runs) / sum(r.target_calls for r in runs)
+        if shape is not None and shape.top_k == 1:
+            assert [r.blocks for r in runs] == chain_blocks
+        chain_blocks = [r.blocks for r in runs]
+    assert taus[TreeShape(4, 3, 12)] > taus[None]
+
+
+def test_the_heads_tree_is_one_batched_head_forward_per_depth(trained, target):
+    draft, _ = trained
+    calls = []
+    hook = draft.model.midlayer.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[1]))
+    try:
+        session = draft.start(prompt(1), V)
+        session.read_target(draft.features(prompt(1)[:, :-1])[0])
+        calls.clear()
+        tree = session.propose_tree(prompt(1)[0], TreeShape(3, 4, 12), 0.0, None)
+    finally:
+        hook.remove()
+    assert len(tree) == 12 and 1 < tree.depth <= 4
+    assert calls == [6, 3, 3, 3]  # the prompt's real pairs (catch-up), then each depth's frontier in one forward
+    assert len(session.cache) == prompt(1).shape[1]  # the tree's pairs are gone; only real pairs stay
+
+
+def test_the_heads_tree_replay_walks_the_real_loops_blocks(trained, target):
+    draft, _ = trained
+    for shape in (TreeShape(3, 3, 8), TreeShape(3, 4, 10, lookup=True)):
+        runner = draft if not shape.lookup else HybridDraft(draft)
+        for seed in (1, 2):
+            ids = prompt(seed)
+            ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
+            real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=20,
+                                        eos_token_id=None, tree=shape)
+            got = replay(ref.tokens, runner.greedy_tree_blocks(ids, ref.tokens, V, shape),
+                         policy=FixedGamma(shape.depth), prompt_len=ids.shape[1], max_new_tokens=20,
+                         eos_token_id=None)
+            assert got.blocks == real.blocks
+
+
+def test_the_heads_tree_sampling_is_distributed_as_the_target(monkeypatch):
+    from adaspec.decoding import speculative as spec_mod
+    from tests.decoding.test_tree import wrong_residual
+
+    target = tiny_llama(10, vocab=SAMPLING_V, init_std=0.2)
+    torch.manual_seed(2)
+    head = Eagle3Head.from_target(target, SAMPLING_V)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(8)
+    draft = Eagle3Draft(head)
+    prompt_ids, temperature = torch.tensor([[3]]), 0.7
+    exact = exact_two_token_distribution(target, prompt_ids, temperature)
+
+    def samples():
+        gen = torch.Generator().manual_seed(0)
+        return np.array([
+            (lambda t: t[0] * SAMPLING_V + t[1])(speculative_generate(
+                target, draft, prompt_ids, gamma_policy=FixedGamma(2), max_new_tokens=3, eos_token_id=None,
+                temperature=temperature, generator=gen, tree=TreeShape(2, 2, 4)).tokens)
+            for _ in range(1000)])
+
+    assert chi2_pvalue(samples(), exact) > P_THRESHOLD
+    monkeypatch.setattr(spec_mod, "accept_sampled", wrong_residual)
+    assert chi2_pvalue(samples(), exact) < P_THRESHOLD
+
+
+def test_a_compiled_bfloat16_target_verifies_the_heads_trees_from_one_graph(trained, target):
+    """bfloat16-compiled, as bench-real serves: the tree graph with the head's features is compiled once and
+    reused; the output is the same serving's own greedy output, or parts from it first at a rounding near-tie
+    (`first_divergence`'s margin; a wrong verifier parts where the target is sure)."""
+    import copy
+
+    from adaspec.decoding.exactness import first_divergence
+
+    draft, _ = trained
+    head = Eagle3Draft(copy.deepcopy(draft.model).to(torch.bfloat16))
+    compiled = Served(copy.deepcopy(target), Serving.parse("bfloat16-compiled"))
+    shape = TreeShape(3, 3, 8)
+    compiled.warm_up([shape.nodes + 1], feature_layers=head.target_layers, tree=True)
+    plain = Served(copy.deepcopy(target), Serving.parse("bfloat16"))
+    for seed in range(4):
+        ids = prompt(seed)
+        reference = target_generate(plain, ids, max_new_tokens=16, eos_token_id=None).tokens
+        out = speculative_generate(compiled, head, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                   eos_token_id=None, tree=shape)
+        divergence = first_divergence(plain, ids, reference, out.tokens)
+        assert divergence is None or abs(divergence["margin"]) < 0.05, divergence
+    assert compiled.tree_feature_widths == [9] and compiled.widths == []

@@ -82,13 +82,25 @@ def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) ->
     return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
 
 
+def cpu_model() -> dict[str, Any]:
+    """The CPU's model name and whether it has AMX (this project's machines vary: Intel with AMX, AMD without)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"cpu": platform.processor() or "unknown", "amx": None}
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    return {"cpu": name, "amx": "amx_tile" in flags, "avx512_bf16": "avx512_bf16" in flags}
+
+
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
-                    pad_id=None, target_only=None, warm_widths=()):
+                    pad_id=None, target_only=None, warm_widths=(), trees=None):
     """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
-    per draft and policy. Where HF can run a draft it also runs HF assisted generation at every fixed gamma
+    per draft and policy, and per draft and tree shape (`trees`: row name -> TreeShape, decoded with trees no
+    deeper than the shape). Where HF can run a draft it also runs HF assisted generation at every fixed gamma
     (`hf_assisted/*` in its row)."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
-    from adaspec.decoding import aggregate
+    from adaspec.decoding import FixedGamma, aggregate
     from adaspec.decoding.exactness import first_divergence
     from adaspec.evaluation.benchmark import Entry, benchmark
 
@@ -97,6 +109,10 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
               hf_gamma=int(name.split("-")[1]) if name.startswith("fixed-") else None)
         for draft_name, draft in drafts.items()
         for name, policy in policies.items()
+    ] + [
+        Entry(f"{draft_name}/{name}", draft, compare_hf=False, policy=lambda d=shape.depth: FixedGamma(d), tree=shape)
+        for draft_name, draft in drafts.items()
+        for name, shape in (trees or {}).items()
     ]
     first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
     m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
@@ -123,9 +139,12 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         stats = aggregate(results, max_gamma=8)
         proposed = [b.proposed for r in results for b in r.blocks if b.proposed]
         gamma = statistics.mean(proposed) if proposed else 0
-        verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
         draft_s = costs["draft_1_s"][draft_name]
-        expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
+        if name.startswith("tree-"):  # the measured tokens per block over a block's calls: depth draft steps, one tree
+            expected = stats["tau"] * costs["target_1_s"] / (gamma * draft_s + costs["tree_verify_s"][name])
+        else:
+            verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
+            expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
         rate = tokens_per_s(results)
         hf_row = {}
         if entry_name in m.hf_assisted:
@@ -137,6 +156,8 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             **hf_row,
             "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
+            "acceptance_length": stats["acceptance_length"],
+            "accept_at_depth": [stats[f"accept_at_depth/{i}"] for i in range(1, 9)],
             "tokens_per_s": rate, "target_only/tokens_per_s": rates[fastest],
             "fastest_target_only": fastest, "target_only_by_serving/tokens_per_s": rates, "serving": own,
             "speedup_vs_target": rate / rates[fastest], "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
@@ -167,6 +188,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a finished draft or reference folder (its final/) instead of draft-k<k>; repeat it "
                              "to bench several against the same target-only runs")
     parser.add_argument("--no-adaptive", action="store_true", help="the fixed gammas only")
+    parser.add_argument("--trees", type=lambda s: [x for x in s.split(",") if x], default=[],
+                        help="draft-tree shapes decoded as rows of their own beside the chains, e.g. "
+                             "k4-d4-n16,k4-d4-n16+lookup (adaspec.decoding.tree; +lookup: the hybrid)")
     parser.add_argument("--no-trained", action="store_true",
                         help="bench the training-free drafts of the baseline group only (no trained draft needed)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
@@ -211,8 +235,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
     from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
+    from adaspec.decoding.tree import TreeShape
     from adaspec.drafts import build_baseline, load_draft
-    from adaspec.evaluation.cost import call_costs
+    from adaspec.evaluation.cost import call_costs, tree_verify_seconds
     from adaspec.models.build import load_model
 
     require_artefact(paths.target_dir(cfg), "target", "bench-real", cfg)
@@ -246,6 +271,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     examples = load_task(cfg.task)["test"][: args.prompts]
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
+    try:
+        trees = {f"tree-{name}": TreeShape.parse(name) for name in args.trees}
+    except ValueError as error:
+        raise UserError(f"--trees: {error}") from None
     adaptive = AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     widest = max(args.gammas)
     if not args.no_adaptive:
@@ -261,13 +290,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         target.warm_up([w for w in warm_widths if w > 1], feature_layers=list(layers))  # verifications
     for served in target_only.values():
         served.warm_up([1])
+    for shape in trees.values():
+        for layers in {tuple(d.target_layers) for d in drafts.values()}:
+            target.warm_up([shape.nodes + 1], feature_layers=list(layers) or None, tree=True)
     costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))
     costs |= {"target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
+    costs["tree_verify_s"] = {name: tree_verify_seconds(target, prompts[0], shape.nodes) for name, shape in trees.items()}
     payload: dict[str, Any] = {
         "name": args.name,
         "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads()},
+                    "threads": torch.get_num_threads(), **cpu_model()},
         # "draft": the first trained draft's folder (None without one); "draft_folders": every one by row name
         "target": str(target_folder), "draft": next((str(f) for f in draft_folders.values()), None),
         "draft_folders": {name: str(folder) for name, folder in draft_folders.items()},
@@ -289,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for temperature in args.temperatures:
         payload["rows"] += run_temperature(target, drafts, prompts, stop, policies, temperature,
                                            args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id,
-                                           target_only=target_only, warm_widths=warm_widths)
+                                           target_only=target_only, warm_widths=warm_widths, trees=trees)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
                "speedup_vs_target", "speedup_vs_target_95", "speedup_vs_same_serving", "expected_speedup",

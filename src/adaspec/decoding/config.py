@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class GammaPolicy(StrEnum):
@@ -45,3 +46,6 @@ class DecodeConfig:
     draft_dtype: Precision = Precision.float32
     kv_cache: KVCacheKind = KVCacheKind.dynamic  # the target's; a draft's cache stays dynamic
     compile: bool = False  # torch.compile the target's decoding steps (needs kv_cache=static)
+    # Draft trees (adaspec.decoding.tree): `off` (chains of gamma), a shape name such as `k4-d4-n16` or
+    # `k4-d4-n16+lookup` (the hybrid), or a mapping {top_k: 4, depth: 4, nodes: 16, lookup: false}
+    tree: Any = "off"

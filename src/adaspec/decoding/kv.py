@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import inspect
 
+import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import Cache
 
 
 @functools.cache
@@ -20,12 +22,27 @@ def forward(model: PreTrainedModel, ids: Tensor, cache: DynamicCache, logits_to_
     return run(model, ids, cache, logits_to_keep).logits[0]
 
 
-def run(model, ids: Tensor, cache: DynamicCache, logits_to_keep: int = 0, output_hidden_states: bool = False):
-    """`forward`'s model output whole (with every layer's hidden states when `output_hidden_states`)."""
-    kwargs = {_cache_kwarg(type(model)): cache}
+def run(model, ids: Tensor, cache: DynamicCache, logits_to_keep: int = 0, output_hidden_states: bool = False,
+        **inputs):
+    """`forward`'s model output whole (with every layer's hidden states when `output_hidden_states`); `inputs`
+    (a 4D `attention_mask`, `position_ids`) go to the model as they are."""
+    kwargs = {_cache_kwarg(type(model)): cache, **inputs}
     if output_hidden_states:
         kwargs["output_hidden_states"] = True
     return model(input_ids=ids, use_cache=True, logits_to_keep=logits_to_keep, **kwargs)
+
+
+def compact_cache(cache: Cache, start: int, slots: list[int]) -> None:
+    """Move the rows `slots` (ascending, each >= its destination) of every layer to `start`, `start + 1`, ... and
+    crop the cache after them: what a tree verification keeps of its rows (the accepted path)."""
+    if slots != list(range(start, start + len(slots))):
+        for layer in cache.layers:
+            device = layer.keys.device
+            source = torch.tensor(slots, dtype=torch.long, device=device)
+            target = torch.arange(start, start + len(slots), device=device)
+            layer.keys.index_copy_(2, target, layer.keys.index_select(2, source))
+            layer.values.index_copy_(2, target, layer.values.index_select(2, source))
+    crop_cache(cache, start + len(slots))
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:

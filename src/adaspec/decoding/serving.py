@@ -29,7 +29,8 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import Cache
 
-from adaspec.decoding.kv import crop_cache, forward, run
+from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
+from adaspec.decoding.tree import Tree, attention_mask
 from adaspec.decoding.weight_only_int8 import quantize_weight_only_int8
 from adaspec.errors import UserError
 
@@ -120,6 +121,8 @@ class Served:
             quantize_weight_only_int8(model)
         self.widths: list[int] = []  # the compiled step widths, ascending
         self.feature_widths: list[int] = []  # those of the graphs that also return hidden states
+        self.tree_widths: list[int] = []  # those of the tree verifications (a 4D mask and position ids)
+        self.tree_feature_widths: list[int] = []
         self._static_caches: dict[int, StaticCache] = {}
         self.compile_seconds: dict[int | str, float] = {}  # width, or "<width>+features"
         self._compiled = None
@@ -168,41 +171,81 @@ class Served:
         n = ids.shape[1]
         return out.logits[0, :n], _features(out.hidden_states, layers, n)
 
-    def _step(self, ids: Tensor, cache: Cache, hidden: bool):
+    def verify_tree(self, root: Tensor, tree: Tree, cache: Cache, layers: list[int] | None = None
+                    ) -> tuple[Tensor, Tensor | None]:
+        """One forward over `[root, tree nodes]` (`root [1]`: the last context token, not yet in `cache`), each
+        row seeing the cache, its ancestors and itself at position cache length + depth
+        (`adaspec.decoding.tree`): logits `[N + 1, V]` and, with `layers`, the rows' hidden states. The cache
+        grows by N + 1 rows in the tree's order; `keep_path` compacts it to the accepted path."""
+        ids = torch.tensor([tree.tokens], dtype=torch.long, device=root.device)
+        out = self._step(torch.cat([root.view(1, 1), ids], dim=1), cache, hidden=bool(layers), tree=tree)
+        n = len(tree) + 1
+        return out.logits[0, :n], (_features(out.hidden_states, layers, n) if layers else None)
+
+    def keep_path(self, cache: Cache, root_slot: int, path: list[int]) -> None:
+        """After `verify_tree` wrote the root at `root_slot` and node i at `root_slot + 1 + i`: move the accepted
+        `path`'s rows next to the root and forget every other row."""
+        compact_cache(cache, root_slot + 1, [root_slot + 1 + node for node in path])
+
+    def _step(self, ids: Tensor, cache: Cache, hidden: bool, tree: Tree | None = None):
         n = ids.shape[1]
         if self._compiled is None:
-            return run(self.model, ids, cache, logits_to_keep=n, output_hidden_states=hidden)
+            if tree is None:
+                return run(self.model, ids, cache, logits_to_keep=n, output_hidden_states=hidden)
+            return run(self.model, ids, cache, logits_to_keep=n, output_hidden_states=hidden,
+                       **self._tree_inputs(tree, cache, n))
         needed = max(n, self.serving.min_width)
-        compiled = self.feature_widths if hidden else self.widths
+        compiled = (self.tree_feature_widths if hidden else self.tree_widths) if tree is not None \
+            else (self.feature_widths if hidden else self.widths)
         width = next((w for w in compiled if w >= needed), needed)  # a new width compiles at its first call
         padded = torch.cat([ids, ids[:, -1:].expand(1, width - n)], dim=1) if width > n else ids
         started = time.perf_counter()
         kwargs = {"output_hidden_states": True} if hidden else {}  # a graph of its own
+        if tree is not None:  # padded rows see only themselves, and no real row sees them
+            kwargs |= self._tree_inputs(tree, cache, width)
         out = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width, **kwargs)
         if width not in compiled:
             compiled.append(width)
             compiled.sort()
-            self.compile_seconds[f"{width}+features" if hidden else width] = time.perf_counter() - started
+            name = ("tree" if tree is not None else "") + f"{width}" + ("+features" if hidden else "")
+            self.compile_seconds[width if name == str(width) else name] = time.perf_counter() - started
         if width > n:
             cache.crop(n - width)  # forget the padded positions (a static cache only moves its length back)
         return out
+
+    def _tree_inputs(self, tree: Tree, cache: Cache, width: int) -> dict[str, Tensor]:
+        past = int(cache.get_seq_length())
+        kv_length = cache.get_mask_sizes(width, 0)[0] if len(cache.layers) else past + width
+        mask = attention_mask(tree, past, int(kv_length), width, self.serving.torch_dtype, self.device)
+        positions = torch.tensor([tree.positions(width)], dtype=torch.long, device=self.device) + past
+        return {"attention_mask": mask, "position_ids": positions}
 
     def crop(self, cache: Cache, length: int) -> None:
         crop_cache(cache, length)
 
     @torch.inference_mode()
-    def warm_up(self, widths: list[int], feature_layers: list[int] | None = None) -> dict[int | str, float]:
+    def warm_up(self, widths: list[int], feature_layers: list[int] | None = None, tree: bool = False
+                ) -> dict[int | str, float]:
         """Compile the steps of `widths` now, between generations (it empties the cache of their capacity);
-        with `feature_layers`, the steps that also return those hidden states (`step_with_features`).
-        Nothing to do when eager. Seconds each compilation took."""
-        compiled = self.widths if feature_layers is None else self.feature_widths
+        with `feature_layers`, the steps that also return those hidden states (`step_with_features`); with
+        `tree`, the tree verifications of `widths` rows (`verify_tree`). Nothing to do when eager. Seconds each
+        compilation took."""
+        if tree:
+            compiled = self.tree_widths if feature_layers is None else self.tree_feature_widths
+        else:
+            compiled = self.widths if feature_layers is None else self.feature_widths
         for width in sorted({max(w, self.serving.min_width) for w in widths} - set(compiled)):
             if self._compiled is None:
                 break
             cache = self.new_cache(width + 2)
             self.prefill(torch.zeros(1, 2, dtype=torch.long, device=self.device), cache)
             ids = torch.zeros(1, width, dtype=torch.long, device=self.device)
-            self.step(ids, cache) if feature_layers is None else self.step_with_features(ids, cache, feature_layers)
+            if tree:
+                self.verify_tree(ids[0, :1], Tree.chain([0] * (width - 1)), cache, feature_layers)
+            elif feature_layers is None:
+                self.step(ids, cache)
+            else:
+                self.step_with_features(ids, cache, feature_layers)
         return dict(self.compile_seconds)
 
 

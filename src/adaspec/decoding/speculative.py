@@ -28,9 +28,11 @@ from adaspec.decoding.blocks import run_blocks
 from adaspec.decoding.policies import Policy
 from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
+from adaspec.decoding.tree import MAX_NODES, TreeShape, accept_greedy, accept_sampled
 from adaspec.drafts.base import Draft
+from adaspec.drafts.hybrid import HybridDraft
 
-MAX_BLOCK = 33  # the longest verification: gamma <= 32 proposals and the token before them
+MAX_BLOCK = MAX_NODES + 1  # the longest verification: gamma <= 32 proposals (or tree nodes) and the token before
 
 
 def _probs(logits: Tensor, temperature: float) -> Tensor:
@@ -94,15 +96,21 @@ def speculative_generate(
     eos_token_id: int | None,
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    tree: TreeShape | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` after ``input_ids [1, T]`` with speculative decoding.
 
     Stops after EOS (emitted, nothing after it) or exactly ``max_new_tokens`` tokens; gamma comes from
     ``gamma_policy`` (`run_blocks`). ``generator`` (on the models' device) drives sampling when
     ``temperature > 0``. The output stays exact whatever the draft: the target verifies every token.
+    ``tree``: the draft proposes a tree of this shape (`tree_block`; gamma caps its depth) instead of a chain.
     """
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
+    if tree is not None and not draft.proposes_trees:
+        raise ValueError(f"decode.tree: a {draft.kind} draft cannot rank alternatives; use decode.tree=off")
+    if tree is not None and tree.lookup:
+        draft = HybridDraft(draft)
     start = time.perf_counter()
     target = as_served(target)
     width = draft.verify_width(target.config.vocab_size)
@@ -146,8 +154,33 @@ def speculative_generate(
         context = torch.cat([context, proposals[:n], next_token.view(1)])
         return len(proposed), n, proposed[:n] + [next_id]
 
-    log = run_blocks(block, policy=gamma_policy, prompt_len=input_ids.shape[1], max_new_tokens=max_new_tokens,
-                     eos_token_id=eos_token_id)
+    def tree_block(gamma: int, emitted: int) -> tuple[int, int, list[int]]:
+        nonlocal context
+        # 1. The draft proposes a tree no deeper than gamma.
+        proposal = session.propose_tree(context, tree.capped(gamma), temperature, generator)
+
+        # 2. The target scores every node in one forward over [last context token, nodes], a tree mask.
+        target_logits, features = target.verify_tree(context[-1:], proposal, target_cache, layers)
+        target_logits = target_logits[:, :width]
+
+        # 3. The longest accepted root-to-leaf path, and the target's token after it.
+        if temperature == 0:
+            path, next_id = accept_greedy(target_logits, proposal)
+        else:
+            path, next_id = accept_sampled(_probs(target_logits, temperature), proposal, generator)
+        accepted = [proposal.tokens[node] for node in path]
+
+        # 4. Keep the path's rows in the target's cache and the draft's state; the head reads the path's features.
+        target.keep_path(target_cache, context.shape[0] - 1, path)
+        session.keep_path(path)
+        session.rollback(context.shape[0] + len(path))
+        if features is not None:
+            session.read_target(features[[0] + [node + 1 for node in path]])
+        context = torch.cat([context, torch.tensor(accepted + [next_id], dtype=context.dtype, device=context.device)])
+        return proposal.depth, len(path), accepted + [next_id]
+
+    log = run_blocks(block if tree is None else tree_block, policy=gamma_policy, prompt_len=input_ids.shape[1],
+                     max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
     return log.result(time.perf_counter() - start)
 
 

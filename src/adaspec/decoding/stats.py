@@ -57,6 +57,9 @@ def aggregate(results: Iterable[GenerationResult], max_gamma: int) -> dict[str, 
     * ``tau = new_tokens / target_calls``: mean tokens emitted per target forward pass.
     * ``reject_rate_at/i`` (i = 1..max_gamma): share of blocks with at least one proposal whose first
       rejection is at draft position i; ``1 - sum_i reject_rate_at/i`` is the share without rejection.
+    * ``acceptance_length``: accepted proposals per block; ``accept_at_depth/i``: of the blocks whose proposals
+      (a chain of gamma, or a tree that deep) reach depth i and that accepted depth i - 1, the share accepting
+      depth i (a tree's block records its depth as ``proposed``).
     * ``target_calls``, ``draft_calls``, ``blocks``, ``new_tokens``, ``wall_time_s`` (sums) and
       ``tokens_per_s = new_tokens / wall_time_s``.
 
@@ -79,6 +82,10 @@ def aggregate(results: Iterable[GenerationResult], max_gamma: int) -> dict[str, 
     }
     for i in range(1, max_gamma + 1):
         out[f"reject_rate_at/{i}"] = _ratio(sum(b.first_reject == i for b in blocks), drafted_blocks)
+    out["acceptance_length"] = _ratio(accepted, len(blocks))
+    for i in range(1, max_gamma + 1):  # trees and chains alike: the share of blocks reaching depth i that accept it
+        out[f"accept_at_depth/{i}"] = _ratio(sum(b.accepted >= i for b in blocks),
+                                             sum(b.proposed >= i and b.accepted >= i - 1 for b in blocks))
     out |= {
         "target_calls": target_calls,
         "draft_calls": sum(r.draft_calls for r in results),

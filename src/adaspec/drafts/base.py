@@ -23,6 +23,8 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from adaspec.decoding.tree import Tree, TreeShape
+
 # (position in the target's output, gamma) -> (tokens proposed, tokens accepted) of a greedy block there
 GreedyBlocks = Callable[[int, int], tuple[int, int]]
 
@@ -41,6 +43,20 @@ class DraftSession(Protocol):
         ...
 
 
+class TreeSession(DraftSession, Protocol):
+    """A session of a draft that ranks alternatives (`Draft.proposes_trees`): the tree decoding loop's."""
+
+    def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
+                     generator: torch.Generator | None) -> Tree:
+        """A tree of at most `shape.nodes` nodes and `shape.depth` levels below the last token of `context`."""
+        ...
+
+    def keep_path(self, path: list[int]) -> None:
+        """Verification kept the nodes `path` of the last tree (`rollback` follows): keep what was computed
+        for them, drop the rest of the tree."""
+        ...
+
+
 class TargetReadingSession(DraftSession, Protocol):
     def read_target(self, features: Tensor) -> None:
         """The target's hidden states `[n, F]` (its `target_layers`, concatenated) of the next n context
@@ -53,6 +69,7 @@ class Draft(ABC):
     """One kind of draft. `width` is the number of target logits verification compares (`verify_width`)."""
 
     kind: str  # "model", "prompt_lookup", ...
+    proposes_trees: bool = False  # its sessions are `TreeSession`s (decode.tree)
     # indices into the target's `hidden_states` the draft reads (`TargetReadingSession`); none for most
     target_layers: list[int] = []
 
@@ -68,6 +85,19 @@ class Draft(ABC):
     def greedy_blocks(self, prompt: Tensor, tokens: list[int], width: int) -> GreedyBlocks:
         """How greedy blocks go when the emitted text is `tokens` (the target's greedy output after `prompt`):
         what the replay needs to walk the loop's blocks without running the target."""
+
+    def greedy_tree_blocks(self, prompt: Tensor, tokens: list[int], width: int, shape: TreeShape) -> GreedyBlocks:
+        """`greedy_blocks` for tree decoding of `shape`: at position p the draft's tree after `prompt + tokens[:p]`
+        and how deep `tokens[p:]` runs down it (gamma caps the depth). One session walks the whole output."""
+        context = torch.cat([prompt[0], torch.tensor(tokens, device=prompt.device, dtype=prompt.dtype)])
+        session, rewind = self.replay_session(prompt, context, width)
+        return tree_replay(session, rewind, context, prompt.shape[1], tokens, shape)
+
+    def replay_session(self, prompt: Tensor, context: Tensor, width: int) -> tuple[Any, Callable[[int], None]]:
+        """A session for a replay along `context` (the prompt and the target's output) and how to bring it back to
+        its first n positions before each block: by default a fresh session and its `rollback`."""
+        session = self.start(prompt, width)
+        return session, session.rollback
 
     def step_seconds(self, prompt: Tensor, width: int, repeats: int = 30) -> float:
         """Median seconds of one proposal on top of `prompt [1, T]` (all but its last token already read):
@@ -94,6 +124,31 @@ class Draft(ABC):
 
     def eval(self) -> Draft:
         return self
+
+
+def matched_path(tree: Tree, expected: list[int]) -> list[int]:
+    """The nodes of `tree` that `expected` (the tokens after the root) runs down, in order."""
+    path, node = [], -1
+    for token in expected:
+        node = next((c for c in tree.children(node) if tree.tokens[c] == token), None)
+        if node is None:
+            break
+        path.append(node)
+    return path
+
+
+def tree_replay(session: TreeSession, rewind: Callable[[int], None], context: Tensor, prompt_len: int,
+                tokens: list[int], shape: TreeShape) -> GreedyBlocks:
+    """Greedy tree blocks read off `session`'s trees along `context` (the prompt and the target's greedy output
+    `tokens`); `rewind(length)` brings the session back to the first `length` positions before each block."""
+
+    def block(position: int, gamma: int) -> tuple[int, int]:
+        length = prompt_len + position
+        rewind(length)
+        tree = session.propose_tree(context[:length], shape.capped(gamma), 0.0, None)
+        return tree.depth, len(matched_path(tree, tokens[position:]))
+
+    return block
 
 
 def median_seconds(prepare: Callable[[], Any], call: Callable[[Any], Any], on: Tensor, repeats: int) -> float:

@@ -19,7 +19,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
+from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.eagle3 import Eagle3Head, KVCache, shift_features, target_features
 
@@ -28,6 +30,7 @@ _last_features: dict[int, tuple] = {}  # id(target) -> (input_ids, attention_mas
 
 class Eagle3Draft(Draft):
     kind = "eagle3"
+    proposes_trees = True
 
     def __init__(self, head: Eagle3Head, vocab: DraftVocab | None = None, target: PreTrainedModel | None = None):
         size = head.config.draft_vocab_size
@@ -125,6 +128,12 @@ class Eagle3Draft(Draft):
 
         return block
 
+    def replay_session(self, prompt: Tensor, context: Tensor, width: int):
+        """The target's features of the whole `context` from one forward; rewinding crops only the head's cache."""
+        session = self.start(prompt, width)
+        session.read_target(self.features(context[:-1].view(1, -1))[0])
+        return session, session.cache.crop
+
     def step_seconds(self, prompt: Tensor, width: int, repeats: int = 30) -> float:
         """One proposal on top of the real pairs of `prompt` but its last (features: zeros, the cost is the same)."""
         features = torch.zeros(prompt.shape[1] - 1, len(self.target_layers) * self.model.config.hidden_size,
@@ -195,6 +204,40 @@ class _Eagle3Session:
             return tokens, torch.zeros(0, self.width, device=context.device)
         q = torch.stack([p for _, p in drawn])  # [n, support]: the full vocabulary when there is no id map
         return tokens, q if self.draft.vocab is None else self.draft.vocab.to(context.device).scatter(q)
+
+    def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
+                     generator: torch.Generator | None) -> Tree:
+        """EAGLE-2's tree after `context` (`adaspec.drafts.tree_expansion`): one batched head forward per depth,
+        each frontier pair reading its parent's output and seeing the real pairs and its ancestors' pairs.
+        Deterministic picks (top-k), ranked by log-probabilities at `temperature` (1 when greedy)."""
+        length = context.shape[0]
+        support = self.head.config.draft_vocab_size
+        scale = temperature if temperature > 0 else 1.0
+        root_out, root_logits = self.catch_up(context, length)
+        outs: dict[int, Tensor] = {}
+        slots: dict[int, int] = {}
+        device = context.device
+
+        def step(pool: Pool, frontier: list[int]) -> Tensor:
+            parents = [pool.parents[node] for node in frontier]
+            features = torch.stack([root_out if p < 0 else outs[p] for p in parents])[None]
+            ids = self._to_target(torch.tensor([pool.tokens[node] for node in frontier], device=device))[None]
+            mask = frontier_mask(pool, frontier, slots, len(self.cache), length).to(device)
+            positions = torch.tensor([length - 1 + pool.depths[node] for node in frontier], device=device)
+            out, logits = self.head(features, ids, self.cache, positions=positions, tree_mask=mask)
+            outs.update(zip(frontier, out[0], strict=True))
+            return torch.log_softmax(logits[0, :, :support].float() / scale, dim=-1)
+
+        root = torch.log_softmax(root_logits[:support].float() / scale, dim=-1)
+        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)))
+        self.cache.crop(length)  # only real pairs stay
+        return tree
+
+    def keep_path(self, path: list[int]) -> None:
+        """Nothing: the tree's pairs are gone already; the path's real pairs come from the target's features."""
+
+    def _to_target(self, ids: Tensor) -> Tensor:
+        return ids if self.draft.vocab is None else self.draft.vocab.to(ids.device).to_target(ids)
 
     def matching_run(self, context: Tensor, expected: list[int], limit: int) -> int:
         """How many of the head's greedy proposals after `context` (at most `limit`) equal `expected` in

@@ -14,13 +14,16 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from adaspec.decoding.kv import crop_cache, forward
+from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
+from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks
+from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, is_reduced, load_draft_vocab
 
 
 class ModelDraft(Draft):
     kind = "model"
+    proposes_trees = True
 
     def __init__(self, model: PreTrainedModel, vocab: DraftVocab | None = None):
         if vocab is None and is_reduced(model.config):
@@ -127,6 +130,7 @@ class _ModelSession:
         self.draft, self.model = draft, draft.model
         self.width, self.support = width, (width if draft.vocab is None else draft.vocab.size)
         self.cache = DynamicCache(config=self.model.config)
+        self.tree_after: int | None = None  # propose_tree: the tree's rows follow this many context rows
         if prompt.shape[1] > 1:
             forward(self.model, draft.to_draft_ids(prompt[:, :-1]), self.cache, logits_to_keep=1)
 
@@ -151,6 +155,42 @@ class _ModelSession:
         q = torch.stack(probs)
         return tokens, q if self.draft.vocab is None else self.draft.vocab.to(q.device).scatter(q)
 
+    def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
+                     generator: torch.Generator | None) -> Tree:
+        """EAGLE-2's tree after `context` (`adaspec.drafts.tree_expansion`): one batched forward per depth over the
+        frontier, a 4D mask letting each node see the context and its ancestors. The frontier nodes' keys and
+        values stay in the cache until `keep_path`."""
+        length = context.shape[0]
+        crop_cache(self.cache, length - 1)  # the root's logits come from reading at least the last token
+        unread = context[self.cache.get_seq_length():].view(1, -1)
+        root_logits = forward(self.model, self.draft.to_draft_ids(unread), self.cache, logits_to_keep=1)[-1]
+        scale = temperature if temperature > 0 else 1.0
+        dtype, device = next(self.model.parameters()).dtype, context.device
+        self.slots: dict[int, int] = {}
+
+        def step(pool: Pool, frontier: list[int]) -> Tensor:
+            past = self.cache.get_seq_length()
+            seen = frontier_mask(pool, frontier, self.slots, past, length)
+            mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)
+            positions = torch.tensor([[length - 1 + pool.depths[node] for node in frontier]], device=device)
+            ids = torch.tensor([[pool.tokens[node] for node in frontier]], device=device)  # draft ids
+            logits = run(self.model, ids, self.cache, logits_to_keep=len(frontier),
+                         attention_mask=mask.to(device)[None, None], position_ids=positions).logits[0]
+            return torch.log_softmax(logits[:, : self.support].float() / scale, dim=-1)
+
+        root = torch.log_softmax(root_logits[: self.support].float() / scale, dim=-1)
+        self.pool_of_node: list[int] = []
+        self.tree_after = length  # the cache's rows from here on are the tree's until keep_path
+        return expand(root, step, shape, self.draft.to_target_ids, chosen=self.pool_of_node)
+
+    def keep_path(self, path: list[int]) -> None:
+        """Keep the cached rows of the path's nodes that were read (a prefix of it), right after the context."""
+        rows = [self.slots.get(self.pool_of_node[node]) for node in path]
+        compact_cache(self.cache, self.tree_after, rows[: rows.index(None) if None in rows else len(rows)])
+        self.tree_after = None
+
     def rollback(self, length: int) -> None:
+        if self.tree_after is not None:  # a tree nobody verified (the replay): forget its rows
+            length, self.tree_after = min(length, self.tree_after), None
         crop_cache(self.cache, length)
 

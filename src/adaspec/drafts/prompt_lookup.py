@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks
 
 
@@ -31,8 +32,35 @@ def lookup(ids: list[int], gamma: int, max_ngram_size: int, min_ngram_size: int 
     return []
 
 
+def lookup_tree(ids: list[int], shape: TreeShape, max_ngram_size: int, min_ngram_size: int = 1) -> Tree:
+    """Prompt lookup's tree: the continuations (up to `shape.depth` tokens) after every earlier occurrence of
+    an n-gram ending `ids`, longer n-grams first and the most recent first among equals, merged into a trie of
+    at most `shape.nodes` nodes (its first branch is `lookup`'s chain)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    for n in range(min(max_ngram_size, len(ids) - 1), min_ngram_size - 1, -1):
+        suffix = ids[-n:]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start : start + n] != suffix:
+                continue
+            node = -1
+            for token in ids[start + n : start + n + shape.depth]:
+                child = next((c for c, p in enumerate(parents) if p == node and tokens[c] == token), None)
+                if child is None:
+                    if len(tokens) >= shape.nodes:
+                        break
+                    tokens.append(token)
+                    parents.append(node)
+                    child = len(tokens) - 1
+                node = child
+            if len(tokens) >= shape.nodes:
+                return Tree(tokens, parents, scores=[-float(i) for i in range(len(tokens))])
+    return Tree(tokens, parents, scores=[-float(i) for i in range(len(tokens))])
+
+
 class PromptLookupDraft(Draft):
     kind = "prompt_lookup"
+    proposes_trees = True
 
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1):
         if not 1 <= min_ngram_size <= max_ngram_size:
@@ -80,6 +108,14 @@ class _LookupSession:
             return tokens, None
         # a deterministic proposal: the draft's distribution is all on it (verification then accepts with p(x))
         return tokens, torch.nn.functional.one_hot(tokens, self.width).float()
+
+    def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
+                     generator: torch.Generator | None) -> Tree:
+        """`lookup_tree`: deterministic picks, so verification treats each as q = one-hot."""
+        return lookup_tree(context.tolist(), shape, self.draft.max_ngram_size, self.draft.min_ngram_size)
+
+    def keep_path(self, path: list[int]) -> None:
+        pass
 
     def rollback(self, length: int) -> None:
         pass

@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 
 from adaspec.decoding import GenerationResult, Policy, speculative_generate, target_generate
 from adaspec.decoding.serving import Served, as_served
+from adaspec.decoding.tree import TreeShape
 from adaspec.drafts import Draft
 from adaspec.evaluation.hf_assisted import hf_assisted_generate
 
@@ -35,6 +36,7 @@ class Entry:
     compare_hf: bool = True  # also time HF assisted generation with this draft (where HF can run it)
     policy: Callable[[], Policy] | None = None  # this entry's gamma policy instead of benchmark's make_policy
     hf_gamma: int | None = None  # this entry's HF assisted gamma instead of benchmark's gamma
+    tree: TreeShape | None = None  # decode this entry with draft trees of this shape (its policy caps their depth)
 
 
 @dataclass
@@ -86,10 +88,13 @@ def benchmark(
     target.warm_up(list(warm_widths))
     for layers in {tuple(e.draft.target_layers) for e in drafts if e.draft.target_layers}:  # EAGLE-3 heads
         target.warm_up([w for w in warm_widths if w > 1], feature_layers=list(layers))  # verifications
+    for entry in drafts:  # tree verifications: a graph per node count (and with the head's features)
+        if entry.tree is not None:
+            target.warm_up([entry.tree.nodes + 1], feature_layers=entry.draft.target_layers or None, tree=True)
     for served in target_only.values():  # they only decode target-only: one-token steps
         served.warm_up([1])
-    drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.draft.hf_assisted_kwargs(gamma) is not None)
-              for e in drafts]
+    drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.tree is None
+                                  and e.draft.hf_assisted_kwargs(gamma) is not None) for e in drafts]
 
     def generator(i: int) -> torch.Generator | None:
         return torch.Generator(device=device).manual_seed(seed + i) if temperature > 0 else None
@@ -101,7 +106,8 @@ def benchmark(
     def run_ours(entry: Entry, ids: Tensor, i: int) -> GenerationResult:
         return speculative_generate(target, entry.draft, ids, gamma_policy=(entry.policy or make_policy)(),
                                     max_new_tokens=max_new_tokens,
-                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i))
+                                    eos_token_id=eos_token_id, temperature=temperature, generator=generator(i),
+                                    tree=entry.tree)
 
     def run_hf(draft: Entry, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator

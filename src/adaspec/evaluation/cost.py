@@ -31,6 +31,25 @@ def draft_seconds(draft: Draft, target, prompt: torch.Tensor, repeats: int = 30)
     return draft.step_seconds(prompt, draft.verify_width(target.config.vocab_size), repeats)
 
 
+@torch.inference_mode()
+def tree_verify_seconds(target, prompt: torch.Tensor, nodes: int, layers: list[int] | None = None,
+                        repeats: int = 30) -> float:
+    """Median seconds of one tree verification of `nodes` nodes (`Served.verify_tree`, with the head's `layers`
+    when it reads the target's hidden states) on top of the cached `prompt`: its graph, its mask."""
+    from adaspec.decoding.tree import Tree
+
+    served = as_served(target)
+    tree = Tree.chain(prompt[0, -nodes:].tolist() if prompt.shape[1] > nodes else [0] * nodes)
+
+    def cached_context():
+        cache = served.new_cache(prompt.shape[1] + nodes + 1)
+        served.prefill(prompt[:, :-1], cache)
+        return cache
+
+    return median_seconds(cached_context, lambda cache: served.verify_tree(prompt[0, -1:], tree, cache, layers),
+                          prompt, repeats)
+
+
 def cost_ratio(draft: Draft, target, prompt: torch.Tensor) -> float:
     return draft_seconds(draft, target, prompt) / forward_seconds(target, prompt)
 

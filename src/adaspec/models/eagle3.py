@@ -188,11 +188,17 @@ class Eagle3Head(PreTrainedModel):
         return self.fc(target_features)
 
     def forward(self, features: Tensor, input_ids: Tensor, cache: KVCache | None = None,
-                attention_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                attention_mask: Tensor | None = None, positions: Tensor | None = None,
+                tree_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(out `[B, T, H]`, logits `[B, T, draft vocab]`) of the pairs (`features [B, T, H]`, already
         projected or the head's own outputs; `input_ids [B, T]` target ids) at the positions after `cache`.
-        `attention_mask [B, T]` (1: a real token) masks padded keys when training without a cache."""
+        `attention_mask [B, T]` (1: a real token) masks padded keys when training without a cache. A tree
+        expansion gives the pairs' `positions [T]` and which cached and new pairs each sees (`tree_mask`,
+        bool `[T, len(cache) + T]`) instead."""
         start, t = (len(cache) if cache is not None else 0), input_ids.shape[1]
+        if tree_mask is not None:
+            out = self.midlayer(self.embed_tokens(input_ids), features, positions, tree_mask[None, None], cache)
+            return out, self.lm_head(self.norm(out))
         positions = torch.arange(start, start + t, device=input_ids.device)
         keys = torch.arange(start + t, device=input_ids.device)
         mask = (keys[None, :] <= positions[:, None])[None, None]  # [1, 1, T, start + T]: causal

@@ -1,0 +1,301 @@
+"""Draft trees (adaspec.decoding.tree): one target forward verifies a tree, the output stays the target's own
+(greedy: equal for every shape and draft kind and serving configuration; sampling: distributed as the target's,
+with negative controls that a wrong residual or an always-accepting verifier fail), the caches keep exactly
+the accepted path, and bad shapes are refused with one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from adaspec.decoding import FixedGamma, speculative_generate, target_generate
+from adaspec.decoding import speculative as spec_mod
+from adaspec.decoding.kv import forward
+from adaspec.decoding.serving import Served, Serving, as_served
+from adaspec.decoding.tree import Tree, TreeShape, accept_greedy, accept_sampled, tree_shape
+from adaspec.drafts.hybrid import HybridDraft
+from adaspec.drafts.model import ModelDraft
+from adaspec.drafts.prompt_lookup import PromptLookupDraft, lookup, lookup_tree
+from adaspec.evaluation.replay import replay
+from tests.decoding.conftest import noisy_copy, tiny_model
+from tests.decoding.test_serving import tiny_llama
+from tests.decoding.test_speculative import (
+    P_THRESHOLD,
+    SAMPLING_V,
+    chi2_pvalue,
+    exact_two_token_distribution,
+    sample_two_tokens,
+)
+
+SHAPES = [TreeShape(1, 3, 3), TreeShape(2, 3, 6), TreeShape(4, 4, 16), TreeShape(3, 5, 12, lookup=True)]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(0)
+
+
+@pytest.fixture(scope="module")
+def model_draft(target):
+    return ModelDraft(noisy_copy(target, 0.3, 1))
+
+
+def prompts(n: int = 4) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    return [torch.randint(0, 64, (1, 4 + 3 * i), generator=gen) for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------------- the structure
+
+
+def test_a_tree_knows_its_depths_ancestors_and_positions():
+    tree = Tree([5, 6, 7, 8], [-1, -1, 0, 2])
+    assert tree.depths == [1, 1, 2, 3] and tree.depth == 3 and tree.children(-1) == [0, 1]
+    assert tree.path(3) == [0, 2, 3]
+    seen = tree.ancestors(width=6)
+    assert seen[4].tolist() == [True, True, False, True, True, False]  # node 3: root, 0, 2, itself
+    assert seen[5].tolist() == [False] * 5 + [True]  # a padding row sees only itself
+    assert tree.positions(6) == [0, 1, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="parent"):
+        Tree([1, 2], [-1, 1])
+
+
+def test_grafting_shares_nodes_keeps_the_chain_and_drops_the_least_likely():
+    tree = Tree([5, 6, 7, 8], [-1, -1, 0, 0], scores=[-0.1, -2.0, -0.5, -3.0])
+    grafted, origin = tree.graft([5, 9, 4], budget=5)
+    assert len(grafted) == 5
+    chain = [grafted.tokens[n] for n in grafted.path(max(range(5), key=lambda n: grafted.depths[n]))]
+    assert chain == [5, 9, 4]  # node 5 was shared, 9 and 4 were grafted below it
+    assert sorted(grafted.tokens) == [4, 5, 6, 7, 9]  # 8, the least likely node, made room
+    assert [origin[n] for n in range(5) if grafted.tokens[n] == 5] == [0]
+    assert [origin[n] for n in range(5) if grafted.tokens[n] in (9, 4)] == [None, None]
+
+
+def test_prompt_lookups_tree_starts_with_its_chain_and_adds_other_continuations():
+    ids = [1, 2, 3, 9, 1, 2, 4, 8, 7, 1, 2]
+    tree = lookup_tree(ids, TreeShape(4, 3, 6), max_ngram_size=3)
+    first = tree.path(max(n for n in range(len(tree)) if tree.parents[n] in (-1, *range(n)) and tree.depths[n] == 3
+                         and tree.path(n)[0] == 0))
+    assert [tree.tokens[n] for n in first] == lookup(ids, 3, 3) == [4, 8, 7]
+    assert {tree.tokens[c] for c in tree.children(-1)} == {4, 3}  # "1 2" was followed by 4 and by 3
+
+
+@pytest.mark.parametrize("value, key", [
+    ("k0-d4-n16", "top_k"), ("k4-d40-n40", "depth"), ("k4-d4-n2", "nodes"), ("k4-d4-n33", "nodes"),
+    ("tree", "k<top_k>"), ({"top_k": 4, "depth": 4, "nodes": 16, "width": 3}, "unknown"),
+])
+def test_a_shape_the_target_cannot_verify_in_one_forward_is_refused_naming_the_key(value, key):
+    with pytest.raises(ValueError, match=key):
+        tree_shape(value)
+    assert tree_shape("off") is None
+    assert tree_shape({"top_k": 2, "depth": 3, "nodes": 6}) == TreeShape(2, 3, 6) == TreeShape.parse("k2-d3-n6")
+    assert TreeShape.parse("k3-d5-n12+lookup").name == "k3-d5-n12+lookup"
+
+
+# ---------------------------------------------------------------------------------------- greedy: exact
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.name)
+@pytest.mark.parametrize("kind", ["model", "prompt_lookup"])
+def test_greedy_tree_decoding_emits_the_targets_greedy_output(target, model_draft, shape, kind):
+    draft = model_draft if kind == "model" else PromptLookupDraft()
+    calls = tokens = 0
+    for ids in prompts():
+        ref = target_generate(target, ids, max_new_tokens=24, eos_token_id=None)
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=24,
+                                   eos_token_id=None, tree=shape)
+        assert out.tokens == ref.tokens
+        calls, tokens = calls + out.target_calls, tokens + len(out.tokens)
+    assert calls < tokens  # some block accepted a proposal: the check compared something
+
+
+def test_a_one_wide_tree_is_the_chain(target, model_draft):
+    """top_k 1: the tree is the draft's greedy chain, and its blocks are the chain's, block for block."""
+    for ids in prompts():
+        chain = speculative_generate(target, model_draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=24,
+                                     eos_token_id=None)
+        tree = speculative_generate(target, model_draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=24,
+                                    eos_token_id=None, tree=TreeShape(1, 3, 3))
+        assert tree.blocks == chain.blocks and tree.tokens == chain.tokens
+
+
+def test_wider_trees_accept_more_per_block(target, model_draft):
+    def tau(shape):
+        runs = [speculative_generate(target, model_draft, ids, gamma_policy=FixedGamma(4), max_new_tokens=24,
+                                     eos_token_id=None, tree=shape) for ids in prompts()]
+        return sum(len(r.tokens) for r in runs) / sum(r.target_calls for r in runs)
+
+    assert tau(TreeShape(4, 4, 16)) > tau(TreeShape(1, 4, 4)) + 0.1
+
+
+@pytest.mark.parametrize("name", ["float32-static", "float32-compiled"])
+def test_every_serving_verifies_a_tree_in_one_forward_and_a_compiled_graph_is_reused(name):
+    llama = tiny_llama(0, init_std=0.5)
+    draft = ModelDraft(noisy_copy(llama, 0.2, 1))
+    eager = copy.deepcopy(llama)
+    served = Served(copy.deepcopy(llama), Serving.parse(name))
+    shape = TreeShape(3, 3, 8, lookup=True)
+    served.warm_up([shape.nodes + 1], tree=True)
+    for ids in prompts(3):
+        ids = ids % 96
+        ref = target_generate(eager, ids, max_new_tokens=20, eos_token_id=None)
+        out = speculative_generate(served, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=20,
+                                   eos_token_id=None, tree=shape)
+        assert out.tokens == ref.tokens
+    if served.serving.compile:
+        assert served.tree_widths == [9]  # every tree, smaller ones too, padded to the warmed width
+
+
+def test_the_caches_keep_exactly_the_accepted_path(target, model_draft):
+    """After a tree verification and keep_path, the target's cache and the draft's hold what reading the kept
+    context from scratch would (the path's rows moved next to the root, nothing else)."""
+    ids = prompts()[2]
+    served = as_served(target)
+    cache = served.new_cache(64)
+    served.prefill(ids[:, :-1], cache)
+    session = model_draft.start(ids, 64)
+    tree = session.propose_tree(ids[0], TreeShape(3, 3, 18), 0.0, None)
+    path = tree.path(max(range(len(tree)), key=lambda n: (tree.depths[n], -n)))  # a deepest node's path, depth 3
+    assert len(path) == 3 and path != [0, 1, 2]  # rows must move
+    logits, _ = served.verify_tree(ids[0, -1:], tree, cache)
+    served.keep_path(cache, ids.shape[1] - 1, path)
+    session.keep_path(path)
+    session.rollback(ids.shape[1] + len(path))
+    kept = torch.cat([ids[0], torch.tensor([tree.tokens[n] for n in path])]).view(1, -1)
+    fresh = DynamicCache(config=target.config)
+    forward(target, kept, fresh)
+    assert cache.get_seq_length() == kept.shape[1]
+    for layer, reference in zip(cache.layers, fresh.layers, strict=True):
+        assert torch.allclose(layer.keys, reference.keys) and torch.allclose(layer.values, reference.values)
+    # the draft read the path's nodes it expanded (all but the leaf): its cache is the kept context but the leaf
+    fresh_draft = DynamicCache(config=model_draft.model.config)
+    forward(model_draft.model, kept[:, :-1], fresh_draft)
+    assert session.cache.get_seq_length() == kept.shape[1] - 1
+    for layer, reference in zip(session.cache.layers, fresh_draft.layers, strict=True):
+        assert torch.allclose(layer.keys, reference.keys)
+    # the verification's rows are the target's logits of the path, as a plain forward over it computes them
+    plain = target(kept).logits[0, ids.shape[1] - 1:]
+    rows = [0] + [n + 1 for n in path]
+    assert torch.allclose(logits[rows], plain, atol=1e-9)
+
+
+def test_the_greedy_replay_walks_the_real_tree_loops_blocks(target, model_draft):
+    for draft in (model_draft, PromptLookupDraft(), HybridDraft(model_draft)):
+        for shape in (TreeShape(2, 3, 6), TreeShape(4, 4, 16)):
+            for ids in prompts(2):
+                ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
+                real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth),
+                                            max_new_tokens=20, eos_token_id=None, tree=shape)
+                blocks = draft.greedy_tree_blocks(ids, ref.tokens, 64, shape)
+                got = replay(ref.tokens, blocks, policy=FixedGamma(shape.depth), prompt_len=ids.shape[1],
+                             max_new_tokens=20, eos_token_id=None)
+                assert got.blocks == real.blocks
+
+
+def test_a_draft_that_cannot_rank_alternatives_is_refused(target):
+    class Ranked(PromptLookupDraft):
+        proposes_trees = False
+
+    with pytest.raises(ValueError, match="decode.tree"):
+        speculative_generate(target, Ranked(), prompts()[0], gamma_policy=FixedGamma(2), max_new_tokens=4,
+                             eos_token_id=None, tree=TreeShape(2, 2, 4))
+
+
+# ------------------------------------------------------------------------------------ sampling: exact
+
+
+TOY_TREE = Tree([1, 2, 3, 4, 5], [-1, -1, -1, 0, 0])  # three children of the root; two below the first
+
+
+def toy_rows(seed: int) -> torch.Tensor:
+    """Target rows p [N + 1, V] for TOY_TREE: the root's and each node's next-token distribution."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(len(TOY_TREE) + 1, SAMPLING_V, generator=gen) * 1.5, -1).double()
+
+
+def emitted(verifier, tree: Tree, p: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n verifications: the first emitted token, and the second where the first was node 0's token (else -1)."""
+    gen = torch.Generator().manual_seed(0)
+    first, second = np.empty(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        path, token = verifier(p, tree, gen)
+        tokens = [tree.tokens[node] for node in path] + [token]
+        first[i] = tokens[0]
+        if path[:1] == [0]:
+            second[i] = tokens[1]
+    return first, second
+
+
+def wrong_residual(probs, tree, generator):
+    """The acceptance test of `accept_sampled`, but every rejection leaves p as it was (no residual)."""
+    path, node = [], -1
+    while True:
+        p = probs[node + 1]
+        child = next((c for c in tree.children(node)
+                      if float(torch.rand((), generator=generator)) < float(p[tree.tokens[c]])), None)
+        if child is None:
+            return path, int(torch.multinomial(p, 1, generator=generator))
+        path.append(child)
+        node = child
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tree_sampling_emits_the_targets_distribution_at_every_depth(seed):
+    p = toy_rows(seed)
+    first, second = emitted(accept_sampled, TOY_TREE, p, 12_000)
+    assert chi2_pvalue(first, p[0].numpy()) > P_THRESHOLD
+    assert chi2_pvalue(second[second >= 0], p[1].numpy()) > P_THRESHOLD  # after node 0: node 0's row
+    # acceptance is the target's mass on the root's children (deterministic picks): sum of p over tokens 1..3
+    accepted = np.isin(first, [1, 2, 3]).mean()
+    assert abs(accepted - p[0, 1:4].sum().item()) < 0.02
+
+
+def test_sampled_siblings_with_their_distribution_are_exact_too():
+    """Children drawn independently from q (repeats allowed) and verified with q: SpecInfer's case."""
+    p = toy_rows(3)
+    gen = torch.Generator().manual_seed(1)
+    q = torch.softmax(torch.randn(SAMPLING_V, generator=gen) * 2, -1).double()
+    firsts = []
+    for i in range(6000):
+        tokens = torch.multinomial(q, 3, replacement=True, generator=gen).tolist()
+        tree = Tree(tokens, [-1, -1, -1], q.expand(3, -1))
+        path, token = accept_sampled(p, tree, gen)
+        firsts.append(tree.tokens[path[0]] if path else token)
+    assert chi2_pvalue(np.array(firsts), p[0].numpy()) > P_THRESHOLD
+
+
+def test_a_wrong_residual_is_detected():
+    p = toy_rows(0)
+    first, _ = emitted(wrong_residual, TOY_TREE, p, 12_000)
+    assert chi2_pvalue(first, p[0].numpy()) < P_THRESHOLD
+
+
+@pytest.fixture(scope="module")
+def sampling_models():
+    return (tiny_model(10, vocab=SAMPLING_V, init_std=0.2),
+            ModelDraft(tiny_model(11, vocab=SAMPLING_V, layers=1, init_std=0.2)))
+
+
+def test_tree_sampling_end_to_end_is_distributed_as_the_target(sampling_models, monkeypatch):
+    target, draft = sampling_models
+    prompt, temperature = torch.tensor([[3]]), 0.7
+    exact = exact_two_token_distribution(target, prompt, temperature)
+
+    def spec(gen):
+        return speculative_generate(target, draft, prompt, gamma_policy=FixedGamma(2), max_new_tokens=3,
+                                    eos_token_id=None, temperature=temperature, generator=gen,
+                                    tree=TreeShape(3, 2, 6)).tokens
+
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
+    monkeypatch.setattr(spec_mod, "accept_sampled", wrong_residual)
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) < P_THRESHOLD
+
+
+def test_greedy_verification_follows_the_targets_argmax():
+    logits = torch.full((len(TOY_TREE) + 1, SAMPLING_V), -5.0)
+    logits[0, 1] = logits[1, 5] = logits[5, 0] = 5.0  # root -> 1 (node 0) -> 5 (node 4) -> 0 (not a child)
+    assert accept_greedy(logits, TOY_TREE) == ([0, 4], 0)
