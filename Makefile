@@ -58,7 +58,7 @@ demo: install
 	$(TRAIN) stage=ref $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(ARGS)
 	$(TRAIN) stage=draft k=1.0 $(ARGS)
-	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 'eval.trees=[k4-d5-n16,k4-d5-n16+lookup]' $(ARGS)
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K with the draft
 # that buys the most acceptance per CPU-hour here, an EAGLE-3 head (README: model.draft_kind=eagle3): the

@@ -479,6 +479,9 @@ class EvalConfig:
     # target-only decoding also timed in these serving configurations (<dtype>[-static|-compiled]); every
     # speedup_vs_target is against the fastest of them and the evaluation's own (decode.target_dtype, ...)
     target_servings: list[str] = field(default_factory=list)
+    # every trained draft and baseline also decoded with draft trees of each shape (`k4-d4-n16`, `+lookup`: the
+    # hybrid), a row each named <draft>@<shape>, beside the rows of decode.tree (adaspec.decoding.tree)
+    trees: list[str] = field(default_factory=list)
 
 
 def _pretrain_counts(stage: str, pretrain: dict | None, cfg: dict) -> bool:

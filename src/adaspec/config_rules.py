@@ -276,6 +276,11 @@ def _validate_decode(decode: DictConfig) -> None:
 
 
 def _validate_eval(ev: DictConfig) -> None:
+    for name in ev.get("trees", []):
+        try:
+            tree_shape(str(name))
+        except ValueError as error:
+            _check(False, "eval.trees", list(ev.trees), f"{error} (each a shape such as k4-d4-n16 or k4-d4-n16+lookup)")
     _check(ev.n_prompts >= 1, "eval.n_prompts", ev.n_prompts, "must be >= 1")
     _check(len(ev.draft_ks) >= 1, "eval.draft_ks", ev.draft_ks, "name at least one k")
     _check(

@@ -18,6 +18,7 @@ KEYS = {
     "new_tokens",
     "wall_time_s",
     "tokens_per_s",
+    "acceptance_length",
 }
 
 
@@ -45,7 +46,7 @@ def test_aggregate_definitions():
         wall=0.5,
     )
     stats = aggregate([r1, r2], max_gamma=5)
-    assert set(stats) == KEYS | {f"reject_rate_at/{i}" for i in range(1, 6)}
+    assert set(stats) == KEYS | {f"{key}/{i}" for i in range(1, 6) for key in ("reject_rate_at", "accept_at_depth")}
     accepted, rejected_blocks, proposed = 5 + 2 + 0 + 1 + 2 + 0, 3, 5 + 5 + 5 + 3 + 2 + 0
     assert stats["alpha"] == pytest.approx(accepted / (accepted + rejected_blocks))  # 10 / 13
     assert stats["accept_rate"] == pytest.approx(accepted / proposed)  # 10 / 20
@@ -57,6 +58,9 @@ def test_aggregate_definitions():
     assert [stats[f"reject_rate_at/{i}"] for i in range(1, 6)] == pytest.approx([0.2, 0.2, 0.2, 0.0, 0.0])
     assert stats["wall_time_s"] == pytest.approx(1.5)
     assert stats["tokens_per_s"] == pytest.approx(new_tokens / 1.5)
+    assert stats["acceptance_length"] == pytest.approx(10 / 6)
+    # depth i: blocks accepting i proposals over those that reached i (proposed >= i, i - 1 accepted), by hand
+    assert [stats[f"accept_at_depth/{i}"] for i in range(1, 6)] == pytest.approx([4 / 5, 3 / 4, 1 / 2, 1, 1])
 
 
 def test_truncated_block_is_not_a_rejection():

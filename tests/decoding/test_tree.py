@@ -260,7 +260,7 @@ def test_sampled_siblings_with_their_distribution_are_exact_too():
     gen = torch.Generator().manual_seed(1)
     q = torch.softmax(torch.randn(SAMPLING_V, generator=gen) * 2, -1).double()
     firsts = []
-    for i in range(6000):
+    for _ in range(6000):
         tokens = torch.multinomial(q, 3, replacement=True, generator=gen).tolist()
         tree = Tree(tokens, [-1, -1, -1], q.expand(3, -1))
         path, token = accept_sampled(p, tree, gen)

@@ -183,3 +183,33 @@ def test_the_serving_configuration_reaches_the_evaluation(trained):
         assert row["speedup_vs_same_serving"] == pytest.approx(row["tokens_per_s"] / rates["bfloat16-static"],
                                                                rel=1e-9)
     assert results["identity"]["decode"]["target_dtype"] == "bfloat16"
+
+
+def test_tree_and_hybrid_rows_beside_the_chains_with_their_replay_exact(trained):
+    """eval.trees adds a row per draft and shape (`<draft>@<shape>`): decoded with trees, exact (greedy equal to
+    the target's), replayed exactly on the untimed prompts, with per-depth acceptance; decode.tree serves the
+    main rows with trees too. A bad shape is refused naming the key before anything loads."""
+    every = ["eval.n_prompts=4", "eval.timed_prompts=2", "decode.max_new_tokens=16", "eval.num_threads=1",
+             "eval.compare_hf_assisted=false", "eval.draft_ks=[0.4]", "eval.gammas=[2,4]"]
+    results = run_evaluation(trained(*every, "eval.trees=[k3-d4-n10,k3-d4-n10+lookup]", "eval.name=trees"),
+                             progress=False)
+    rows = results["drafts"]
+    assert set(rows) == {"k0.4", "prompt_lookup", "k0.4@k3-d4-n10", "k0.4@k3-d4-n10+lookup",
+                         "prompt_lookup@k3-d4-n10", "prompt_lookup@k3-d4-n10+lookup"}
+    for name, row in rows.items():
+        assert row["greedy_mismatches"] == 0 and row["acceptance_vs_gamma"]["replay_mismatches"] == 0, name
+        assert row["tree"] == (name.split("@")[1] if "@" in name else None)
+        assert row["new_tokens"] == results["target"]["new_tokens"]
+    tree = rows["k0.4@k3-d4-n10"]
+    assert tree["blocks"] <= tree["draft_calls"] <= 4 * tree["blocks"]  # a tree of depth <= 4: <= 4 draft steps
+    assert 0 <= tree["accept_at_depth/1"] <= 1 and tree["acceptance_length"] == pytest.approx(tree["tau"] - 1, abs=0.2)
+    assert results["costs"]["tree_verify_s"]["k3-d4-n10"] > 0
+    assert tree["expected_speedup_by_gamma"].keys() == {"2", "4"}
+    from adaspec.config_rules import validate
+
+    with pytest.raises(UserError, match=r"`eval.trees`.*k<top_k>-d<depth>-n<nodes>"):
+        validate(trained(*every, "eval.trees=[k3-d4]"))
+    with pytest.raises(UserError, match=r"`decode.tree`.*depth must be 1..32"):
+        validate(trained(*every, "decode.tree=k3-d40-n40"))
+    with pytest.raises(UserError, match=r"`decode.tree`.*unknown key"):
+        validate(trained(*every, "decode.tree={top_k:3,depth:4,nodes:10,wide:2}"))

@@ -26,6 +26,7 @@ from torch import Tensor
 from adaspec.data.encoding import IGNORE, Encoded
 from adaspec.decoding import FixedGamma, aggregate, speculative_generate
 from adaspec.decoding.serving import Served, Serving
+from adaspec.decoding.tree import TreeShape
 from adaspec.drafts import Draft
 
 PREFIX = "monitor/"
@@ -53,13 +54,15 @@ def measure_acceptance(
     max_new_tokens: int,
     eos_token_id: int | None,
     num_threads: int | None = 1,
+    tree: TreeShape | None = None,
 ) -> dict[str, float]:
     """Greedy speculative decoding of every prompt ([1, T] on the models' device); the pooled statistics.
     `eos_token_id` is a target id (the task's stop token). The caller puts a trained draft in eval mode.
 
     On the CPU the measurement runs with `num_threads` torch threads (None: as set), restored after:
     batch-1 decoding steps of small models are dominated by per-operation overhead, which extra
-    threads only add to (about 10x slower with 2 threads on a busy 2-core machine).
+    threads only add to (about 10x slower with 2 threads on a busy 2-core machine). `tree`: decode with draft
+    trees of this shape (no deeper than gamma); the statistics then count accepted depth per block.
     """
     threads = torch.get_num_threads()
     on_cpu = prompts[0].device.type == "cpu"
@@ -74,6 +77,7 @@ def measure_acceptance(
                 gamma_policy=FixedGamma(gamma),
                 max_new_tokens=max_new_tokens,
                 eos_token_id=eos_token_id,
+                tree=tree,
             )
             for ids in prompts
         ]
@@ -98,6 +102,7 @@ class AcceptanceMonitor(pl.Callback):
         max_new_tokens: int = 48,
         eos_token_id: int | None = None,
         target_dtype: str = "float32",
+        tree: TreeShape | None = None,
     ) -> None:
         if not prompts:
             raise ValueError("AcceptanceMonitor needs at least one prompt")
@@ -109,6 +114,7 @@ class AcceptanceMonitor(pl.Callback):
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = eos_token_id
         self.target_dtype = target_dtype
+        self.tree = tree  # decode.tree: the monitor decodes the way the evaluation does
         self._served_target: Served | None = None
         self.history: list[tuple[int, dict[str, float]]] = []  # (global step, metrics) of every measurement
         self._last_step: int | None = None
@@ -136,10 +142,13 @@ class AcceptanceMonitor(pl.Callback):
                 gamma=self.gamma,
                 max_new_tokens=self.max_new_tokens,
                 eos_token_id=self.eos_token_id,
+                tree=self.tree,
             )
         finally:
             pl_module.student.train(was_training)
         keys = ["alpha", "accept_rate", "tau", *(f"reject_rate_at/{i}" for i in range(1, self.gamma + 1))]
+        if self.tree is not None:
+            keys += ["acceptance_length", *(f"accept_at_depth/{i}" for i in range(1, self.gamma + 1))]
         metrics = {PREFIX + key: float(stats[key]) for key in keys}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)

@@ -48,9 +48,10 @@ class TreeShape:
             k, d, n = base.split("-")
             if k[0] != "k" or d[0] != "d" or n[0] != "n" or (plus and extra != "lookup"):
                 raise ValueError
-            return cls(int(k[1:]), int(d[1:]), int(n[1:]), bool(plus))
+            numbers = int(k[1:]), int(d[1:]), int(n[1:])
         except (ValueError, IndexError):
             raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup], e.g. k4-d4-n16") from None
+        return cls(*numbers, bool(plus))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ the same weights is skipped, other settings are refused unless `overwrite=true` 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -48,11 +49,13 @@ from adaspec.decoding import (
 )
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
+from adaspec.decoding.tree import TreeShape, tree_shape
 from adaspec.drafts import Draft, build_baseline, load_draft
+from adaspec.drafts.hybrid import HybridDraft
 from adaspec.errors import UserError
 from adaspec.evaluation import contention
 from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
-from adaspec.evaluation.cost import call_costs, expected_speedups
+from adaspec.evaluation.cost import call_costs, expected_speedups, tree_verify_seconds
 from adaspec.evaluation.curves import (
     ALPHA_VS_GAMMA_PNG,
     REJECTION_PNG,
@@ -164,11 +167,18 @@ def replayer(
     prompts: list[torch.Tensor],
     target_results: list[GenerationResult],
     eos_token_id: int | None,
+    tree: TreeShape | None = None,
 ) -> Callable[[Any, int], GenerationResult]:
     """`replayed(policy, i)`: the greedy run of `draft` with `policy` on prompt i, replayed exactly from the
-    target's greedy output there (for a model draft, one forward per prompt, made here)."""
+    target's greedy output there (for a model draft, one forward per prompt, made here); with `tree`, its tree
+    decoding (the policy's gamma caps the tree's depth)."""
     width = draft.verify_width(target.config.vocab_size)
-    blocks = [draft.greedy_blocks(ids, r.tokens, width) for ids, r in zip(prompts, target_results, strict=True)]
+    if tree is None:
+        blocks = [draft.greedy_blocks(ids, r.tokens, width) for ids, r in zip(prompts, target_results, strict=True)]
+    else:
+        runner = HybridDraft(draft) if tree.lookup else draft
+        blocks = [runner.greedy_tree_blocks(ids, r.tokens, width, tree)
+                  for ids, r in zip(prompts, target_results, strict=True)]
 
     def replayed(policy, i: int) -> GenerationResult:
         return replay(
@@ -191,6 +201,7 @@ def acceptance_vs_gamma(
     measured: list[GenerationResult],
     eos_token_id: int | None,
     replayed: Callable[[Any, int], GenerationResult] | None = None,
+    entry: Entry | None = None,
 ) -> dict[str, Any]:
     """alpha, accept_rate, tau for each fixed gamma of `eval.gammas`.
 
@@ -199,10 +210,10 @@ def acceptance_vs_gamma(
     check of the replay: expected 0). Sampling: real runs on the first `eval.gamma_sweep_prompts`.
     """
     decode, gammas = cfg.decode, [int(g) for g in cfg.eval.gammas]
+    policy = entry.policy if entry is not None and entry.policy is not None else lambda: build_gamma_policy(decode)
+    tree = None if entry is None else entry.tree
     if replayed is not None:
-        check = sum(
-            replayed(build_gamma_policy(decode), i).blocks != m.blocks for i, m in enumerate(measured)
-        )
+        check = sum(replayed(policy(), i).blocks != m.blocks for i, m in enumerate(measured))
         by_gamma = {
             str(g): acceptance_summary([replayed(FixedGamma(g), i) for i in range(len(prompts))], g)
             for g in gammas
@@ -221,6 +232,7 @@ def acceptance_vs_gamma(
                 eos_token_id=eos_token_id,
                 temperature=decode.temperature,
                 generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i),
+                tree=tree,
             )
             for i, ids in enumerate(subset)
         ]
@@ -258,19 +270,22 @@ def summarise(
     rows: dict[str, dict[str, Any]] = {}
     for draft in drafts:
         measured = m.speculative[draft.name]  # the timed prompts
-        replayed = replayer(cfg, target, draft.draft, prompts, m.target, eos) if greedy else None
-        policy = build_gamma_policy(decode)
-        spec = measured + [replayed(policy, i) for i in range(len(measured), len(prompts))]  # greedy only
+        replayed = replayer(cfg, target, draft.draft, prompts, m.target, eos, draft.tree) if greedy else None
+        make_policy = draft.policy or (lambda: build_gamma_policy(decode))
+        spec = measured + [replayed(make_policy(), i) for i in range(len(measured), len(prompts))]  # greedy only
         row = {
             **draft_info[draft.name],
-            **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), gamma=decode.gamma, greedy=greedy,
-                            timed=len(measured),
+            **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), greedy=greedy,
+                            gamma=draft.tree.depth if draft.tree else decode.gamma, timed=len(measured),
                             fastest_target=target_only_runs(target, m, timed)[fastest_target_only(target, m, timed)]),
         }
         row[metric] = score(spec)
-        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed)
+        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed,
+                                                         draft)
         taus = {g: v["tau"] for g, v in row["acceptance_vs_gamma"]["by_gamma"].items()}
-        speedups = expected_speedups(taus, costs["draft_1_s"][draft.name], costs["target_1_s"], costs["target_verify_s"])
+        verify_s = costs["target_verify_s"] if draft.tree is None else \
+            {g: costs["tree_verify_s"][draft.tree.name] for g in taus}  # the tree's width, whatever its depth cap
+        speedups = expected_speedups(taus, costs["draft_1_s"][draft.name], costs["target_1_s"], verify_s)
         best = max(speedups, key=speedups.get) if speedups else None
         row |= {"expected_speedup_by_gamma": speedups, "best_gamma": best and int(best),
                 "expected_speedup_at_best_gamma": speedups.get(best)}
@@ -367,6 +382,22 @@ def trained_entries(
     return entries, info
 
 
+def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: TreeShape | None,
+               shapes: list[TreeShape]) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
+    """Every entry decoded with `main` (decode.tree; None: chains), then a row per entry and shape of `shapes`
+    (eval.trees), named <entry>@<shape>, its trees no deeper than the shape (HF has no trees: not compared)."""
+    out = [dataclasses.replace(e, tree=main, compare_hf=e.compare_hf and main is None) for e in entries]
+    info = {name: {**row, "tree": main and main.name} for name, row in info.items()}
+    for shape in shapes:
+        for entry in entries:
+            name = f"{entry.name}@{shape.name}"
+            out.append(Entry(name, entry.draft, compare_hf=False, policy=lambda d=shape.depth: FixedGamma(d),
+                             tree=shape))
+            info[name] = {**info[entry.name], "label": f"{info[entry.name]['label']}, tree {shape.name}",
+                          "tree": shape.name}
+    return out, info
+
+
 def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content
     (the existing one, untouched, when the folder already holds this evaluation). `cfg` is validated
@@ -400,6 +431,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         draft_info[name] = {"label": BASELINE_LABELS.get(name, name), "k": None, "tag": "", "draft_quant": "none",
                             "path": None, "parameters": 0, "train_seconds": 0.0, "draft": baseline.describe()}
 
+    drafts, draft_info = with_trees(drafts, draft_info, tree_shape(cfg.decode.get("tree", "off")),
+                                    [TreeShape.parse(str(name)) for name in cfg.eval.trees])
     prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, prompt_format)], device=device) for e in examples]
     decode = cfg.decode
@@ -427,6 +460,8 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         for ids in tqdm(untimed, desc="target (untimed prompts)", unit="prompt", disable=not progress or not untimed)
     ]
     costs = call_costs(target, {d.name: d.draft for d in drafts}, prompts[0], list(cfg.eval.gammas))
+    costs["tree_verify_s"] = {shape.name: tree_verify_seconds(target, prompts[0], shape.nodes)
+                              for shape in {d.tree for d in drafts if d.tree is not None}}
     busy = watch.verdict()
     if busy["contended"]:
         print(f"[adaspec] evaluate: WARNING: {busy['why']}: the wall-clock figures (tokens/s, speed-ups, call "
