@@ -98,3 +98,25 @@ def test_the_speed_up_interval_resamples_prompts_in_pairs():
     overall = sum(s for s in [1.0, 3.0, 0.5, 2.0, 1.5, 4.0]) / sum([0.5, 1.5, 0.25, 1.0, 0.75, 8.0])
     assert low < overall < high and high == pytest.approx(2.0) and low < 1.0
     assert speedup_interval(one_slow, target) == [low, high]  # seeded: the same interval every time
+
+
+def test_tree_and_hybrid_rows_are_benched_beside_the_chains(tiny_trained, tmp_path):
+    """--trees adds a row per draft and shape, decoded with trees (exact: no greedy mismatch), with the tree's
+    verification cost, acceptance per depth and the CPU the run had; a bad shape is one line naming --trees."""
+    cfg = tiny_trained()
+    reference = paths.final(paths.ref_dir(cfg))
+    payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0,1",
+                    "--no-adaptive", "--trees", "k2-d3-n6,k2-d3-n6+lookup", "--threads", "1", "--out", str(tmp_path),
+                    "--draft", str(reference), *TINY, f"paths.root={cfg.paths.root}"])
+    policies = {(r["temperature"], r["draft"], r["policy"]) for r in payload["rows"]}
+    assert policies == {(t, d, p) for t in (0.0, 1.0) for d in ("trained", "prompt_lookup")
+                        for p in ("fixed-2", "tree-k2-d3-n6", "tree-k2-d3-n6+lookup")}
+    assert set(payload["costs"]["tree_verify_s"]) == {"tree-k2-d3-n6", "tree-k2-d3-n6+lookup"}
+    assert {"cpu", "amx"} <= set(payload["machine"])
+    for row in payload["rows"]:
+        assert row["greedy_mismatches"] in (0, None)
+        if row["policy"].startswith("tree-"):
+            assert row["mean_gamma"] <= 3 and "speedup_vs_hf_assisted" not in row and row["expected_speedup"] > 0
+            assert len(row["accept_at_depth"]) == 8
+    with pytest.raises(UserError, match="--trees"):
+        main(["--trees", "k2-d3", "--no-trained", *TINY, f"paths.root={cfg.paths.root}"])

@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     no_tokenizer_parallelism()
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    from adaspec.decoding.tree_shape import TreeShape  # torch-free: a bad shape is refused before anything loads
+
+    try:
+        trees = {f"tree-{name}": TreeShape.parse(name) for name in args.trees}
+    except ValueError as error:
+        raise UserError(f"--trees: {error}") from None
     cfg = checked_config(*args.overrides, "stage=draft", f"k={args.k}")
     torch.set_num_threads(args.threads)
     # imported after the arguments are parsed, so --help and argument errors answer at once
@@ -271,10 +277,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     examples = load_task(cfg.task)["test"][: args.prompts]
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)]) for e in examples]
     policies = {f"fixed-{g}": (lambda g=g: FixedGamma(g)) for g in args.gammas}
-    try:
-        trees = {f"tree-{name}": TreeShape.parse(name) for name in args.trees}
-    except ValueError as error:
-        raise UserError(f"--trees: {error}") from None
     adaptive = AdaptiveGamma(base=cfg.gamma, window=cfg.decode.adaptive_window)
     widest = max(args.gammas)
     if not args.no_adaptive:

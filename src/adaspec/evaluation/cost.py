@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from adaspec.decoding.serving import as_served
+from adaspec.decoding.tree import Tree
 from adaspec.drafts import Draft
 from adaspec.drafts.base import median_seconds
 
@@ -36,8 +37,6 @@ def tree_verify_seconds(target, prompt: torch.Tensor, nodes: int, layers: list[i
                         repeats: int = 30) -> float:
     """Median seconds of one tree verification of `nodes` nodes (`Served.verify_tree`, with the head's `layers`
     when it reads the target's hidden states) on top of the cached `prompt`: its graph, its mask."""
-    from adaspec.decoding.tree import Tree
-
     served = as_served(target)
     tree = Tree.chain(prompt[0, -nodes:].tolist() if prompt.shape[1] > nodes else [0] * nodes)
 
