@@ -56,6 +56,7 @@ from typing import Any
 import torch
 
 from adaspec import paths
+from adaspec.decoding.tree_shape import TreeShape
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
@@ -224,9 +225,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     no_tokenizer_parallelism()
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    from adaspec.decoding.tree_shape import TreeShape  # torch-free: a bad shape is refused before anything loads
-
-    try:
+    try:  # torch-free: a bad shape is refused before anything loads
         trees = {f"tree-{name}": TreeShape.parse(name) for name in args.trees}
     except ValueError as error:
         raise UserError(f"--trees: {error}") from None
