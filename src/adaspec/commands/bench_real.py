@@ -240,7 +240,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma
     from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
-    from adaspec.decoding.tree import TreeShape
     from adaspec.drafts import build_baseline, load_draft
     from adaspec.evaluation.cost import call_costs, tree_verify_seconds
     from adaspec.models.build import load_model
