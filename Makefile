@@ -69,6 +69,11 @@ demo: install
 # 20, replayed from the target's greedy output; wall-clock speed-ups on the first 4: make bench-real times them). Stage 3 at k=1
 # would reproduce the reference bit for bit (eval.reference in the README), so it is not trained again.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
+# demo-real's evaluation serves as make bench-real found fastest (bench/results/smollm2.json): the target compiled in
+# bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16,
+# the hybrid tree; compiling its step graphs takes a few minutes, excluded from every figure.
+SERVE_FASTEST ?= decode.target_dtype=bfloat16 decode.kv_cache=static decode.compile=true decode.draft_dtype=bfloat16 \
+	gamma=3 eval.gammas=[3] decode.tree=k4-d4-n8+lookup eval.target_servings=[bfloat16-compiled-w2]
 REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
 EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
@@ -79,7 +84,7 @@ demo-real: models
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
 	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) $(ARGS)
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(EAGLE3) $(HEAD_STAGE) $(ARGS)
-	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 eval.timed_prompts=4 eval.draft_ks=[0.4] eval.reference=true $(REAL) $(EAGLE3) $(ARGS)
+	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 eval.timed_prompts=4 eval.draft_ks=[0.4] eval.reference=true $(REAL) $(EAGLE3) $(SERVE_FASTEST) $(ARGS)
 
 # The same target and data with independent drafts (a Llama 128x4 over the 8,192 most frequent tokens) instead
 # of heads: stage 0 first (the draft distils the target on the stdlib corpus and 2000 training prompts: one-off,
@@ -119,10 +124,13 @@ bench: install
 # them in bfloat16: half the float32 head's step on this CPU, same alpha; bench-costs times the dtypes of its
 # --draft-servings), or DRAFTS="$(INDEPENDENT)" for demo-real-independent's drafts. SERVINGS: the target compiled in bfloat16 for speculative decoding, timed
 # against target-only decoding in it and in the two other fastest configurations measured here.
+# TREES: chains of gamma 3 against draft trees of two sizes (verification of 9 and 17 positions), each alone and
+# with prompt lookup grafted in (the hybrid), on 20 GSM8K test prompts.
 DRAFTS ?= $(EAGLE3) decode.draft_dtype=bfloat16
 SERVINGS ?= --serving bfloat16-compiled --servings float32-compiled,bfloat16-compiled-w2
+TREES ?= --prompts 20 --gammas 3 --no-adaptive --trees k4-d4-n8,k4-d4-n8+lookup,k4-d5-n16,k4-d5-n16+lookup
 bench-real: install
-	$(PY) -m adaspec.commands.bench_real $(SERVINGS) $(REAL) $(DRAFTS) $(ARGS)
+	$(PY) -m adaspec.commands.bench_real $(TREES) $(SERVINGS) $(REAL) $(DRAFTS) $(ARGS)
 
 # The cost curve: one target (and draft) forward of n = 1..9 new tokens over a cached context, per serving
 # configuration (dtype, eager or compiled) -> bench/results/costs-<name>.json and .png; refuses a busy machine.

@@ -53,6 +53,10 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     assert evaluation.eval.reference and list(evaluation.eval.draft_ks) == [0.4]
     assert evaluation.eval.timed_prompts == 4 and evaluation.decode.temperature == 0  # the rest replayed exactly
     assert paths.draft_dir(evaluation, 0.4) == paths.draft_dir(draft04)
+    # served as bench-real found fastest: compiled bfloat16, the head in bfloat16, the hybrid tree
+    decode = evaluation.decode
+    assert (str(decode.target_dtype), str(decode.draft_dtype), decode.compile) == ("bfloat16", "bfloat16", True)
+    assert "+lookup" in str(decode.tree) and list(evaluation.eval.target_servings) == ["bfloat16-compiled-w2"]
 
 
 def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_and_data():
@@ -83,4 +87,6 @@ def test_bench_real_reads_demo_real_drafts_and_serves_them_as_the_readme_measure
     # the head in bfloat16, the target compiled in bfloat16 against the fastest target-only configurations
     assert str(cfg.decode.draft_dtype) == "bfloat16" and args.draft_dtype is None
     assert args.serving == "bfloat16-compiled" and args.servings == ["float32-compiled", "bfloat16-compiled-w2"]
+    # chains against trees and the hybrid, on the 20 prompts
+    assert args.prompts == 20 and args.gammas == [3] and {"k4-d5-n16", "k4-d5-n16+lookup"} <= set(args.trees)
     assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))  # the reference's command

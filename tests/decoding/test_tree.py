@@ -31,7 +31,7 @@ from tests.decoding.test_speculative import (
     sample_two_tokens,
 )
 
-SHAPES = [TreeShape(1, 3, 3), TreeShape(2, 3, 6), TreeShape(4, 4, 16), TreeShape(3, 5, 12, lookup=True)]
+SHAPES = [TreeShape(1, 3, 3), TreeShape(2, 3, 6), TreeShape(4, 4, 16), TreeShape(3, 5, 12, lookup=5), TreeShape(2, 3, 12, lookup=8)]
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,15 @@ def test_prompt_lookups_tree_starts_with_its_chain_and_adds_other_continuations(
     assert {tree.tokens[c] for c in tree.children(-1)} == {4, 3}  # "1 2" was followed by 4 and by 3
 
 
+def test_the_hybrids_lookup_branch_reaches_past_the_drafts_depth(model_draft):
+    """k2-d2-n10+lookup8: the draft's tree is two deep, the lookup branch grafted in eight (the text repeats)."""
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 1, 2, 3, 5, 6]])
+    session = HybridDraft(model_draft).start(ids, 64)
+    tree = session.propose_tree(ids[0], TreeShape(2, 2, 10, lookup=8), 0.0, None)
+    deepest = max(range(len(tree)), key=lambda n: tree.depths[n])
+    assert [tree.tokens[n] for n in tree.path(deepest)] == [7, 8, 9, 10, 11, 12, 13, 14] and len(tree) <= 10
+
+
 @pytest.mark.parametrize("value, key", [
     ("k0-d4-n16", "top_k"), ("k4-d40-n40", "depth"), ("k4-d4-n2", "nodes"), ("k4-d4-n33", "nodes"),
     ("tree", "k<top_k>"), ({"top_k": 4, "depth": 4, "nodes": 16, "width": 3}, "unknown"),
@@ -93,7 +102,12 @@ def test_a_shape_the_target_cannot_verify_in_one_forward_is_refused_naming_the_k
         tree_shape(value)
     assert tree_shape("off") is None
     assert tree_shape({"top_k": 2, "depth": 3, "nodes": 6}) == TreeShape(2, 3, 6) == TreeShape.parse("k2-d3-n6")
-    assert TreeShape.parse("k3-d5-n12+lookup").name == "k3-d5-n12+lookup"
+    assert TreeShape.parse("k3-d5-n12+lookup") == TreeShape(3, 5, 12, lookup=5)  # a branch as deep as the tree
+    assert TreeShape.parse("k4-d4-n12+lookup8").lookup == 8 and TreeShape(4, 4, 12, 8).name == "k4-d4-n12+lookup8"
+    assert tree_shape({"top_k": 2, "depth": 3, "nodes": 6, "lookup": True}).lookup == 3
+    assert TreeShape(4, 4, 12, 8).reach == 8 and TreeShape(4, 4, 12, 8).capped(5).lookup == 5
+    with pytest.raises(ValueError, match="lookup"):
+        TreeShape(2, 3, 6, lookup=7)  # the branch must fit in the nodes
 
 
 # ---------------------------------------------------------------------------------------- greedy: exact
@@ -106,7 +120,7 @@ def test_greedy_tree_decoding_emits_the_targets_greedy_output(target, model_draf
     calls = tokens = 0
     for ids in prompts():
         ref = target_generate(target, ids, max_new_tokens=24, eos_token_id=None)
-        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=24,
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach), max_new_tokens=24,
                                    eos_token_id=None, tree=shape)
         assert out.tokens == ref.tokens
         calls, tokens = calls + out.target_calls, tokens + len(out.tokens)
@@ -138,7 +152,7 @@ def test_every_serving_verifies_a_tree_in_one_forward_and_a_compiled_graph_is_re
     draft = ModelDraft(noisy_copy(llama, 0.2, 1))
     eager = copy.deepcopy(llama)
     served = Served(copy.deepcopy(llama), Serving.parse(name))
-    shape = TreeShape(3, 3, 8, lookup=True)
+    shape = TreeShape(3, 3, 8, lookup=3)
     served.warm_up([shape.nodes + 1], tree=True)
     for ids in prompts(3):
         ids = ids % 96
@@ -188,10 +202,10 @@ def test_the_greedy_replay_walks_the_real_tree_loops_blocks(target, model_draft)
         for shape in (TreeShape(2, 3, 6), TreeShape(4, 4, 16)):
             for ids in prompts(2):
                 ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
-                real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth),
+                real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach),
                                             max_new_tokens=20, eos_token_id=None, tree=shape)
                 blocks = draft.greedy_tree_blocks(ids, ref.tokens, 64, shape)
-                got = replay(ref.tokens, blocks, policy=FixedGamma(shape.depth), prompt_len=ids.shape[1],
+                got = replay(ref.tokens, blocks, policy=FixedGamma(shape.reach), prompt_len=ids.shape[1],
                              max_new_tokens=20, eos_token_id=None)
                 assert got.blocks == real.blocks
 

@@ -236,7 +236,7 @@ def test_a_compiled_target_hands_the_head_its_features_from_a_graph_of_their_own
 
 # ------------------------------------------------------------------------------------------------ trees
 
-TREE_SHAPES = [TreeShape(1, 3, 3), TreeShape(3, 3, 8), TreeShape(4, 5, 20), TreeShape(3, 4, 10, lookup=True)]
+TREE_SHAPES = [TreeShape(1, 3, 3), TreeShape(3, 3, 8), TreeShape(4, 5, 20), TreeShape(3, 4, 10, lookup=4), TreeShape(3, 3, 12, lookup=7)]
 
 
 @pytest.mark.parametrize("shape", TREE_SHAPES, ids=lambda s: s.name)
@@ -246,7 +246,7 @@ def test_tree_decoding_with_the_head_emits_the_targets_greedy_output(trained, ta
     for seed in range(3):
         ids = prompt(seed)
         ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
-        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=20,
+        out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach), max_new_tokens=20,
                                    eos_token_id=None, tree=shape)
         assert out.tokens == ref.tokens
         calls, tokens = calls + out.target_calls, tokens + len(out.tokens)
@@ -283,15 +283,15 @@ def test_the_heads_tree_is_one_batched_head_forward_per_depth(trained, target):
 
 def test_the_heads_tree_replay_walks_the_real_loops_blocks(trained, target):
     draft, _ = trained
-    for shape in (TreeShape(3, 3, 8), TreeShape(3, 4, 10, lookup=True)):
+    for shape in (TreeShape(3, 3, 8), TreeShape(3, 4, 10, lookup=4), TreeShape(2, 2, 9, lookup=6)):
         runner = draft if not shape.lookup else HybridDraft(draft)
         for seed in (1, 2):
             ids = prompt(seed)
             ref = target_generate(target, ids, max_new_tokens=20, eos_token_id=None)
-            real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.depth), max_new_tokens=20,
+            real = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach), max_new_tokens=20,
                                         eos_token_id=None, tree=shape)
             got = replay(ref.tokens, runner.greedy_tree_blocks(ids, ref.tokens, V, shape),
-                         policy=FixedGamma(shape.depth), prompt_len=ids.shape[1], max_new_tokens=20,
+                         policy=FixedGamma(shape.reach), prompt_len=ids.shape[1], max_new_tokens=20,
                          eos_token_id=None)
             assert got.blocks == real.blocks
 

@@ -111,7 +111,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         for draft_name, draft in drafts.items()
         for name, policy in policies.items()
     ] + [
-        Entry(f"{draft_name}/{name}", draft, compare_hf=False, policy=lambda d=shape.depth: FixedGamma(d), tree=shape)
+        Entry(f"{draft_name}/{name}", draft, compare_hf=False, policy=lambda d=shape.reach: FixedGamma(d), tree=shape)
         for draft_name, draft in drafts.items()
         for name, shape in (trees or {}).items()
     ]

@@ -10,13 +10,14 @@ MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: specu
 @dataclass(frozen=True)
 class TreeShape:
     """EAGLE-2's expansion: the `top_k` best children of each of the `top_k` best frontier nodes per depth, `depth`
-    draft steps, then the `nodes` best nodes by cumulative draft log-probability. `lookup`: also graft the
-    prompt-lookup continuation as a branch (the hybrid proposer, `adaspec.drafts.hybrid`)."""
+    draft steps, then the `nodes` best nodes by cumulative draft log-probability. `lookup` > 0: also graft the
+    prompt-lookup continuation of up to `lookup` tokens as a branch, within the `nodes` (the hybrid proposer,
+    `adaspec.drafts.hybrid`)."""
 
     top_k: int = 4
     depth: int = 4
     nodes: int = 16
-    lookup: bool = False
+    lookup: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= 16:
@@ -26,19 +27,28 @@ class TreeShape:
         if not self.depth <= self.nodes <= MAX_NODES:
             raise ValueError(f"decode.tree.nodes must be between decode.tree.depth ({self.depth}) and {MAX_NODES} "
                              f"(the verification's block room), got {self.nodes}")
+        if not 0 <= self.lookup <= self.nodes:
+            raise ValueError(f"decode.tree.lookup must be between 0 (off) and decode.tree.nodes ({self.nodes}), "
+                             f"got {self.lookup}")
 
-    def capped(self, depth: int) -> TreeShape:
-        """This shape no deeper than `depth` (the room left before `max_new_tokens`; at least 1... or a plain step
-        at 0): the nodes shrink with it."""
-        depth = max(0, min(self.depth, depth))
-        if depth == self.depth:
+    @property
+    def reach(self) -> int:
+        """The longest run a block can accept: the draft's depth or the lookup branch's length."""
+        return max(self.depth, self.lookup)
+
+    def capped(self, room: int) -> TreeShape:
+        """This shape accepting no more than `room` tokens (what is left before `max_new_tokens`; 0: no proposal at
+        all): the depth, the lookup branch and the nodes shrink with it."""
+        depth, lookup = max(0, min(self.depth, room)), max(0, min(self.lookup, room))
+        if (depth, lookup) == (self.depth, self.lookup):
             return self
-        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k), self.lookup)
+        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup)
 
     @property
     def name(self) -> str:
-        """`k4-d4-n16`, `k4-d4-n16+lookup`: how results name the shape."""
-        return f"k{self.top_k}-d{self.depth}-n{self.nodes}" + ("+lookup" if self.lookup else "")
+        """`k4-d4-n16`, `k4-d4-n16+lookup` (a lookup branch as long as the depth), `k4-d4-n16+lookup8`."""
+        suffix = "" if not self.lookup else "+lookup" if self.lookup == self.depth else f"+lookup{self.lookup}"
+        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}"
 
     @classmethod
     def parse(cls, name: str) -> TreeShape:
@@ -46,12 +56,14 @@ class TreeShape:
         base, plus, extra = name.partition("+")
         try:
             k, d, n = base.split("-")
-            if k[0] != "k" or d[0] != "d" or n[0] != "n" or (plus and extra != "lookup"):
+            if k[0] != "k" or d[0] != "d" or n[0] != "n" or (plus and not extra.startswith("lookup")):
                 raise ValueError
             numbers = int(k[1:]), int(d[1:]), int(n[1:])
+            lookup = 0 if not plus else int(extra[len("lookup"):] or numbers[1])
         except (ValueError, IndexError):
-            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup], e.g. k4-d4-n16") from None
-        return cls(*numbers, bool(plus))
+            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]], "
+                             f"e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
+        return cls(*numbers, lookup)
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,8 @@ class _Capped(TreeShape):
 
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
-    keys top_k, depth, nodes and optionally lookup. Bad input raises ValueError naming the key."""
+    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth). Bad input raises ValueError
+    naming the key."""
     if decode_tree is None or decode_tree is False or str(decode_tree) in ("off", "none", "false"):
         return None
     if isinstance(decode_tree, str):
@@ -73,6 +86,8 @@ def tree_shape(decode_tree) -> TreeShape | None:
     unknown = set(keys) - {"top_k", "depth", "nodes", "lookup"}
     if unknown:
         raise ValueError(f"decode.tree: unknown key(s) {sorted(unknown)}; allowed: top_k, depth, nodes, lookup (or off)")
-    return TreeShape(**{k: (bool(v) if k == "lookup" else int(v)) for k, v in keys.items()})
+    if isinstance(keys.get("lookup"), bool):  # lookup: true is a branch as long as the depth
+        keys["lookup"] = int(keys.get("depth", TreeShape.depth)) if keys["lookup"] else 0
+    return TreeShape(**{k: int(v) for k, v in keys.items()})
 
 

@@ -2,7 +2,7 @@
 
 Prompt lookup is accepted in long runs where the text repeats the question (numbers, names, code) and not at all
 elsewhere; a trained draft is the other way round. The hybrid's tree is the draft's EAGLE-2 tree (`decode.tree`)
-plus the lookup chain (the tokens after the most recent earlier occurrence of the longest n-gram ending the
+plus the lookup chain (up to `decode.tree.lookup` tokens after the most recent earlier occurrence of the longest n-gram ending the
 context, `adaspec.drafts.prompt_lookup.lookup`), grafted where it shares the draft's nodes; the chain keeps its
 nodes and the draft's least likely nodes make room for it within `decode.tree.nodes`. Verification then takes
 whichever branch the target agrees with further. `decode.tree.lookup=true` turns it on.
@@ -58,7 +58,7 @@ class _HybridSession:
     def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
                      generator: torch.Generator | None) -> Tree:
         tree = self.session.propose_tree(context, shape, temperature, generator)
-        chain = self.lookup.proposals(context.tolist(), shape.depth)
+        chain = self.lookup.proposals(context.tolist(), shape.lookup)
         tree, self.origin = tree.graft(chain, shape.nodes)
         return tree
 

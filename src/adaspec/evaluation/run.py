@@ -276,7 +276,7 @@ def summarise(
         row = {
             **draft_info[draft.name],
             **draft_summary(spec, m.target, m.hf_assisted.get(draft.name), greedy=greedy,
-                            gamma=draft.tree.depth if draft.tree else decode.gamma, timed=len(measured),
+                            gamma=draft.tree.reach if draft.tree else decode.gamma, timed=len(measured),
                             fastest_target=target_only_runs(target, m, timed)[fastest_target_only(target, m, timed)]),
         }
         row[metric] = score(spec)
@@ -391,7 +391,7 @@ def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: Tree
     for shape in shapes:
         for entry in entries:
             name = f"{entry.name}@{shape.name}"
-            out.append(Entry(name, entry.draft, compare_hf=False, policy=lambda d=shape.depth: FixedGamma(d),
+            out.append(Entry(name, entry.draft, compare_hf=False, policy=lambda d=shape.reach: FixedGamma(d),
                              tree=shape))
             info[name] = {**info[entry.name], "label": f"{info[entry.name]['label']}, tree {shape.name}",
                           "tree": shape.name}
