@@ -5,7 +5,8 @@ target scores ``[last context token, d_1, ..., d_n]`` in ONE forward; the verifi
 prefix ``d_1..d_a`` and adds one token from the target (a correction when ``a < n``, the bonus token when
 all were accepted). The target's cache and the draft's state are then cropped back to the kept context,
 so the prompt is never re-encoded. `adaspec.decoding.blocks.run_blocks` decides gamma and what a block
-emits; this module only proposes and verifies.
+emits; this module only proposes and verifies. With `tree` a block proposes a tree instead (`tree_block`:
+one target forward over the tree with a tree mask, the longest accepted path kept; `adaspec.decoding.tree`).
 
 The target is called directly, through `adaspec.decoding.serving.Served` (its precision, eager or compiled
 steps, its KV cache), never ``model.generate``. With ``temperature == 0`` the output equals the target's
