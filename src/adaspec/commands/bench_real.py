@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import platform
 import random
@@ -158,7 +159,8 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "acceptance_length": stats["acceptance_length"],
-            "accept_at_depth": [stats[f"accept_at_depth/{i}"] for i in range(1, 9)],
+            "accept_at_depth": [None if math.isnan(v) else v  # None: no block reached that depth
+                                for v in (stats[f"accept_at_depth/{i}"] for i in range(1, 9))],
             "tokens_per_s": rate, "target_only/tokens_per_s": rates[fastest],
             "fastest_target_only": fastest, "target_only_by_serving/tokens_per_s": rates, "serving": own,
             "speedup_vs_target": rate / rates[fastest], "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
