@@ -30,8 +30,8 @@ from adaspec.decoding.policies import Policy
 from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
 from adaspec.decoding.tree import MAX_NODES, TreeShape, accept_greedy, accept_sampled
+from adaspec.drafts import hybrid
 from adaspec.drafts.base import Draft
-from adaspec.drafts.hybrid import HybridDraft
 
 MAX_BLOCK = MAX_NODES + 1  # the longest verification: gamma <= 32 proposals (or tree nodes) and the token before
 
@@ -110,8 +110,8 @@ def speculative_generate(
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
     if tree is not None and not draft.proposes_trees:
         raise ValueError(f"decode.tree: a {draft.kind} draft cannot rank alternatives; use decode.tree=off")
-    if tree is not None and tree.lookup:
-        draft = HybridDraft(draft)
+    if tree is not None:
+        draft = hybrid.for_shape(draft, tree)
     start = time.perf_counter()
     target = as_served(target)
     width = draft.verify_width(target.config.vocab_size)

@@ -70,16 +70,6 @@ class Tree:
             node = self.parents[node]
         return out[::-1]
 
-    def subtree(self, keep: list[int]) -> Tree:
-        """The nodes `keep` (each with its parent, or the root's child) renumbered in their order here."""
-        keep = sorted(set(keep))
-        index = {node: i for i, node in enumerate(keep)}
-        if any(self.parents[node] >= 0 and self.parents[node] not in index for node in keep):
-            raise ValueError("a subtree keeps every kept node's parent")
-        return Tree([self.tokens[node] for node in keep], [index.get(self.parents[node], -1) for node in keep],
-                    None if self.q is None else self.q[keep],
-                    None if self.scores is None else [self.scores[node] for node in keep])
-
     def graft(self, chain: list[int], budget: int) -> tuple[Tree, list[int | None]]:
         """This tree with `chain` (tokens after the root) as a branch: followed down the nodes it shares with the
         tree, new nodes after; then the lowest-ranked nodes off the chain are dropped until `budget` nodes are
@@ -137,9 +127,12 @@ def attention_mask(tree: Tree, past: int, kv_length: int, width: int, dtype: tor
     seen = torch.zeros(width, kv_length, dtype=torch.bool)
     seen[:, :past] = True
     seen[:, past : past + width] = tree.ancestors(width)
-    mask = torch.zeros(width, kv_length, dtype=dtype)
-    mask.masked_fill_(~seen, torch.finfo(dtype).min)
-    return mask.to(device)[None, None]
+    return additive(seen, dtype).to(device)[None, None]
+
+
+def additive(seen: Tensor, dtype: torch.dtype) -> Tensor:
+    """A bool visibility mask as the additive float mask HF attention takes: 0 where seen, the dtype's min elsewhere."""
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)
 
 
 def accept_greedy(logits: Tensor, tree: Tree) -> tuple[list[int], int]:

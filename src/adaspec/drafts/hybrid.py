@@ -2,10 +2,11 @@
 
 Prompt lookup is accepted in long runs where the text repeats the question (numbers, names, code) and not at all
 elsewhere; a trained draft is the other way round. The hybrid's tree is the draft's EAGLE-2 tree (`decode.tree`)
-plus the lookup chain (up to `decode.tree.lookup` tokens after the most recent earlier occurrence of the longest n-gram ending the
-context, `adaspec.drafts.prompt_lookup.lookup`), grafted where it shares the draft's nodes; the chain keeps its
-nodes and the draft's least likely nodes make room for it within `decode.tree.nodes`. Verification then takes
-whichever branch the target agrees with further. `decode.tree.lookup=true` turns it on.
+plus the lookup chain (up to `decode.tree.lookup` tokens after the most recent earlier occurrence of the longest
+n-gram ending the context, `adaspec.drafts.prompt_lookup.lookup`), grafted where it shares the draft's nodes; the
+chain keeps its nodes and the draft's least likely nodes make room for it within `decode.tree.nodes`.
+Verification then takes whichever branch the target agrees with further. `decode.tree.lookup=<length>` (a name
+ending `+lookup` or `+lookup<length>`) turns it on; `for_shape` wraps a draft when its shape asks.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class HybridDraft(Draft):
 
     def describe(self) -> dict[str, Any]:
         return self.draft.describe() | {"hybrid_with": self.lookup.describe()}
+
+
+def for_shape(draft: Draft, shape: TreeShape) -> Draft:
+    """`draft` as a tree of `shape` proposes it: with prompt lookup grafted in when the shape has a lookup branch."""
+    return HybridDraft(draft) if shape.lookup else draft
 
 
 class _HybridSession:

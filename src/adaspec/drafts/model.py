@@ -15,7 +15,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
-from adaspec.decoding.tree import Tree, TreeShape
+from adaspec.decoding.tree import Tree, TreeShape, additive
 from adaspec.drafts.base import Draft, GreedyBlocks
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, is_reduced, load_draft_vocab
@@ -171,7 +171,7 @@ class _ModelSession:
         def step(pool: Pool, frontier: list[int]) -> Tensor:
             past = self.cache.get_seq_length()
             seen = frontier_mask(pool, frontier, self.slots, past, length)
-            mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)
+            mask = additive(seen, dtype)
             positions = torch.tensor([[length - 1 + pool.depths[node] for node in frontier]], device=device)
             ids = torch.tensor([[pool.tokens[node] for node in frontier]], device=device)  # draft ids
             logits = run(self.model, ids, self.cache, logits_to_keep=len(frontier),

@@ -11,6 +11,7 @@ beside ours (`hf_assisted_kwargs`), so both are in the same table.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -20,16 +21,22 @@ from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks
 
 
+def continuations(ids: list[int], max_ngram_size: int, min_ngram_size: int = 1) -> Iterator[int]:
+    """Where the text after each earlier occurrence of an n-gram ending `ids` starts: longer n-grams first, the
+    most recent occurrence first among equals (the suffix itself excluded)."""
+    for n in range(min(max_ngram_size, len(ids) - 1), min_ngram_size - 1, -1):
+        suffix = ids[-n:]
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start : start + n] == suffix:
+                yield start + n
+
+
 def lookup(ids: list[int], gamma: int, max_ngram_size: int, min_ngram_size: int = 1) -> list[int]:
     """The up to `gamma` tokens after the most recent earlier occurrence of the longest n-gram ending `ids`."""
     if gamma <= 0:
         return []
-    for n in range(min(max_ngram_size, len(ids) - 1), min_ngram_size - 1, -1):
-        suffix = ids[-n:]
-        for start in range(len(ids) - n - 1, -1, -1):  # most recent first; the suffix itself is excluded
-            if ids[start : start + n] == suffix:
-                return ids[start + n : start + n + gamma]
-    return []
+    after = next(continuations(ids, max_ngram_size, min_ngram_size), None)
+    return [] if after is None else ids[after : after + gamma]
 
 
 def lookup_tree(ids: list[int], shape: TreeShape, max_ngram_size: int, min_ngram_size: int = 1) -> Tree:
@@ -38,23 +45,19 @@ def lookup_tree(ids: list[int], shape: TreeShape, max_ngram_size: int, min_ngram
     at most `shape.nodes` nodes (its first branch is `lookup`'s chain)."""
     tokens: list[int] = []
     parents: list[int] = []
-    for n in range(min(max_ngram_size, len(ids) - 1), min_ngram_size - 1, -1):
-        suffix = ids[-n:]
-        for start in range(len(ids) - n - 1, -1, -1):
-            if ids[start : start + n] != suffix:
-                continue
-            node = -1
-            for token in ids[start + n : start + n + shape.depth]:
-                child = next((c for c, p in enumerate(parents) if p == node and tokens[c] == token), None)
-                if child is None:
-                    if len(tokens) >= shape.nodes:
-                        break
-                    tokens.append(token)
-                    parents.append(node)
-                    child = len(tokens) - 1
-                node = child
-            if len(tokens) >= shape.nodes:
-                return Tree(tokens, parents, scores=[-float(i) for i in range(len(tokens))])
+    for after in continuations(ids, max_ngram_size, min_ngram_size):
+        node = -1
+        for token in ids[after : after + shape.depth]:
+            child = next((c for c, p in enumerate(parents) if p == node and tokens[c] == token), None)
+            if child is None:
+                if len(tokens) >= shape.nodes:
+                    break
+                tokens.append(token)
+                parents.append(node)
+                child = len(tokens) - 1
+            node = child
+        if len(tokens) >= shape.nodes:
+            break
     return Tree(tokens, parents, scores=[-float(i) for i in range(len(tokens))])
 
 

@@ -50,8 +50,7 @@ from adaspec.decoding import (
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
 from adaspec.decoding.tree import TreeShape, tree_shape
-from adaspec.drafts import Draft, build_baseline, load_draft
-from adaspec.drafts.hybrid import HybridDraft
+from adaspec.drafts import Draft, build_baseline, hybrid, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation import contention
 from adaspec.evaluation.benchmark import Entry, Measurements, benchmark
@@ -176,7 +175,7 @@ def replayer(
     if tree is None:
         blocks = [draft.greedy_blocks(ids, r.tokens, width) for ids, r in zip(prompts, target_results, strict=True)]
     else:
-        runner = HybridDraft(draft) if tree.lookup else draft
+        runner = hybrid.for_shape(draft, tree)
         blocks = [runner.greedy_tree_blocks(ids, r.tokens, width, tree)
                   for ids, r in zip(prompts, target_results, strict=True)]
 
