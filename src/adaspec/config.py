@@ -482,6 +482,12 @@ class EvalConfig:
     # every trained draft and baseline also decoded with draft trees of each shape (`k4-d4-n16`, `+lookup`: the
     # hybrid), a row each named <draft>@<shape>, beside the rows of decode.tree (adaspec.decoding.tree)
     trees: list[str] = field(default_factory=list)
+    # decode.tree=auto: the shapes it weighs beside the chain of decode.gamma, and how many test prompts after the
+    # evaluated ones calibrate their acceptance (adaspec.evaluation.tree_choice)
+    tree_candidates: list[str] = field(default_factory=lambda: [
+        "k2-d3-n6", "k4-d3-n8", "k4-d3-n12", "k4-d4-n16", "k4-d5-n16", "k4-d6-n24",
+        "k4-d3-n8+lookup8", "k4-d3-n12+lookup8", "k4-d4-n16+lookup12"])
+    tree_calibration_prompts: int = 4
 
 
 def _pretrain_counts(stage: str, pretrain: dict | None, cfg: dict) -> bool:

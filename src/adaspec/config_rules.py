@@ -21,7 +21,7 @@ from adaspec.config import (
     StageName,
     TeacherSource,
 )
-from adaspec.decoding.tree_shape import tree_shape
+from adaspec.decoding.tree_shape import is_auto, tree_shape
 from adaspec.errors import UserError
 from adaspec.models.attention import check_attn_implementation
 from adaspec.paths import REFERENCE_TAG
@@ -269,9 +269,9 @@ def _validate_decode(decode: DictConfig) -> None:
            "a compiled target decodes on a preallocated cache: add decode.kv_cache=static")
     tree = decode.get("tree", "off")
     try:
-        tree_shape(tree)
+        tree_shape(tree) if not is_auto(tree) else None
     except (ValueError, TypeError) as error:
-        _check(False, "decode.tree", tree, f"{error}; allowed: off, k<top_k>-d<depth>-n<nodes>[+lookup] "
+        _check(False, "decode.tree", tree, f"{error}; allowed: off, auto, k<top_k>-d<depth>-n<nodes>[+lookup] "
                "(e.g. k4-d4-n16) or {top_k: 4, depth: 4, nodes: 16, lookup: false}")
 
 
@@ -281,6 +281,14 @@ def _validate_eval(ev: DictConfig) -> None:
             tree_shape(str(name))
         except ValueError as error:
             _check(False, "eval.trees", list(ev.trees), f"{error} (each a shape such as k4-d4-n16 or k4-d4-n16+lookup)")
+    for name in ev.get("tree_candidates", []):
+        try:
+            tree_shape(str(name))
+        except ValueError as error:
+            _check(False, "eval.tree_candidates", list(ev.tree_candidates),
+                   f"{error} (each a shape such as k4-d4-n16 or k4-d4-n16+lookup)")
+    _check(ev.get("tree_calibration_prompts", 1) >= 1, "eval.tree_calibration_prompts",
+           ev.get("tree_calibration_prompts"), "must be >= 1 (the held-out prompts decode.tree=auto measures on)")
     _check(ev.n_prompts >= 1, "eval.n_prompts", ev.n_prompts, "must be >= 1")
     _check(len(ev.draft_ks) >= 1, "eval.draft_ks", ev.draft_ks, "name at least one k")
     _check(

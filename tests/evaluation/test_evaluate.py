@@ -213,3 +213,28 @@ def test_tree_and_hybrid_rows_beside_the_chains_with_their_replay_exact(trained)
         validate(trained(*every, "decode.tree=k3-d40-n40"))
     with pytest.raises(UserError, match=r"`decode.tree`.*unknown key"):
         validate(trained(*every, "decode.tree={top_k:3,depth:4,nodes:10,wide:2}"))
+
+
+def test_auto_decodes_each_draft_with_the_candidate_it_chose_on_held_out_prompts(trained):
+    """decode.tree=auto: each main row decodes with the shape (or chain) its own table chose, measured on the
+    test prompts after the evaluated ones, and stays exact; with no prompt left to measure on it stops in one line
+    before anything is timed, and a bad candidate is refused naming the key."""
+    every = ["eval.n_prompts=4", "eval.timed_prompts=2", "decode.max_new_tokens=16", "eval.num_threads=1",
+             "eval.compare_hf_assisted=false", "eval.draft_ks=[0.4]", "eval.gammas=[2]", "decode.tree=auto",
+             "eval.tree_candidates=[k3-d4-n10,k3-d4-n10+lookup]", "eval.tree_calibration_prompts=2"]
+    results = run_evaluation(trained(*every, "eval.name=auto"), progress=False)
+    choice = results["tree_choice"]
+    assert set(choice) == {"k0.4", "prompt_lookup"}
+    assert set(choice["k0.4"]["candidates"]) == {"chain", "k3-d4-n10", "k3-d4-n10+lookup"}
+    assert set(choice["prompt_lookup"]["candidates"]) == {"chain", "k3-d4-n10"}
+    for name, row in results["drafts"].items():
+        chosen = choice[name]["chosen"]
+        assert row["tree"] == (None if chosen == "chain" else chosen) and choice[name]["prompts"] == 2
+        assert row["greedy_mismatches"] == 0 and row["acceptance_vs_gamma"]["replay_mismatches"] == 0, name
+    from adaspec.config_rules import validate
+
+    with pytest.raises(UserError, match=r"eval.tree_calibration_prompts=2 test prompts after the first "
+                                        r"eval.n_prompts=4.*lower eval.n_prompts"):
+        run_evaluation(trained(*every, "task.n_test=4", "eval.name=auto-none-left"), progress=False)
+    with pytest.raises(UserError, match=r"`eval.tree_candidates`.*k<top_k>-d<depth>-n<nodes>"):
+        validate(trained(*every, "eval.tree_candidates=[k3-d4]"))

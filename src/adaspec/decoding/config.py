@@ -48,5 +48,6 @@ class DecodeConfig:
     compile: bool = False  # torch.compile the target's decoding steps (needs kv_cache=static)
     # Draft trees (adaspec.decoding.tree): `off` (chains of gamma), a shape name such as `k4-d4-n16` or
     # `k4-d4-n12+lookup8` (the hybrid: a prompt-lookup branch of 8), or a mapping {top_k: 4, depth: 4, nodes: 16,
-    # lookup: 0} (lookup: a length, or true for the depth)
+    # lookup: 0} (lookup: a length, or true for the depth); `auto`: the evaluation chooses each draft's shape or chain
+    # by expected speed-up, measured on held-out prompts (adaspec.evaluation.tree_choice; eval.tree_candidates)
     tree: Any = "off"

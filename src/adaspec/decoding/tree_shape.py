@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: speculative.MAX_BLOCK positions
+AUTO = "auto"  # decode.tree=auto: the evaluation chooses each draft's shape (adaspec.evaluation.tree_choice)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,10 @@ class _Capped(TreeShape):
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
     keys top_k, depth, nodes and optionally lookup (a length, or true: the depth). Bad input raises ValueError
-    naming the key."""
+    naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
+    if is_auto(decode_tree):
+        raise ValueError("decode.tree=auto is chosen per draft by the evaluation (adaspec.evaluation.tree_choice); "
+                         "here give a shape such as k4-d4-n16, or off")
     if decode_tree is None or decode_tree is False or str(decode_tree) in ("off", "none", "false"):
         return None
     if isinstance(decode_tree, str):
@@ -91,3 +95,13 @@ def tree_shape(decode_tree) -> TreeShape | None:
     return TreeShape(**{k: int(v) for k, v in keys.items()})
 
 
+
+
+def is_auto(decode_tree) -> bool:
+    return isinstance(decode_tree, str) and decode_tree == AUTO
+
+
+def monitor_tree(decode_tree) -> TreeShape | None:
+    """What the training-time acceptance monitor decodes with: decode.tree's shape, and chains for `auto` (the
+    choice weighs the serving's measured costs, which a training run does not have)."""
+    return None if is_auto(decode_tree) else tree_shape(decode_tree)

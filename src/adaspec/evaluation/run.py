@@ -50,6 +50,7 @@ from adaspec.decoding import (
 from adaspec.decoding.quant import can_load_8bit, load_draft_8bit
 from adaspec.decoding.serving import DTYPES, Served, Serving, parse_serving
 from adaspec.decoding.tree import TreeShape, tree_shape
+from adaspec.decoding.tree_shape import is_auto
 from adaspec.drafts import Draft, build_baseline, hybrid, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation import contention
@@ -66,6 +67,7 @@ from adaspec.evaluation.replay import replay
 from adaspec.evaluation.report import RESULTS_JSON, results_markdown, write_results
 from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
+from adaspec.evaluation.tree_choice import choose_tree
 from adaspec.evaluation.wandb_tables import log_to_wandb
 from adaspec.models.build import load_model, n_params
 from adaspec.sandbox.isolation import isolation_summary
@@ -381,12 +383,14 @@ def trained_entries(
     return entries, info
 
 
-def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: TreeShape | None,
+def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: dict[str, TreeShape | None],
                shapes: list[TreeShape]) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
-    """Every entry decoded with `main` (decode.tree; None: chains), then a row per entry and shape of `shapes`
-    (eval.trees), named <entry>@<shape>, its trees no deeper than the shape (HF has no trees: not compared)."""
-    out = [dataclasses.replace(e, tree=main, compare_hf=e.compare_hf and main is None) for e in entries]
-    info = {name: {**row, "tree": main and main.name} for name, row in info.items()}
+    """Every entry decoded with its `main` shape (decode.tree, or its choice under auto; None: chains), then a row
+    per entry and shape of `shapes` (eval.trees), named <entry>@<shape>, its trees no deeper than the shape (HF has
+    no trees: not compared)."""
+    out = [dataclasses.replace(e, tree=main[e.name], compare_hf=e.compare_hf and main[e.name] is None)
+           for e in entries]
+    info = {name: {**row, "tree": main[name] and main[name].name} for name, row in info.items()}
     for shape in shapes:
         for entry in entries:
             name = f"{entry.name}@{shape.name}"
@@ -395,6 +399,33 @@ def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: Tree
             info[name] = {**info[entry.name], "label": f"{info[entry.name]['label']}, tree {shape.name}",
                           "tree": shape.name}
     return out, info
+
+
+def chosen_trees(cfg: DictConfig, target: Served, entries: list[Entry], tokenizer, eos: int | None,
+                 progress: bool) -> tuple[dict[str, TreeShape | None], dict[str, Any]]:
+    """Each entry's shape under decode.tree (a shape or off: the same for all), and under auto each entry's choice
+    with the table it was chosen from (`adaspec.evaluation.tree_choice`; {} otherwise)."""
+    setting = cfg.decode.get("tree", "off")
+    if not is_auto(setting):
+        return {e.name: tree_shape(setting) for e in entries}, {}
+    wanted = cfg.eval.tree_calibration_prompts
+    held_out = load_task(cfg.task)["test"][cfg.eval.n_prompts: cfg.eval.n_prompts + wanted]
+    if not held_out:
+        raise UserError(f"decode.tree=auto measures on the eval.tree_calibration_prompts={wanted} test prompts after "
+                        f"the first eval.n_prompts={cfg.eval.n_prompts}, and the task has none left: lower "
+                        f"eval.n_prompts or give decode.tree a shape")
+    fmt = str(cfg.task.prompt_format)
+    prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)], device=target.device) for e in held_out]
+    max_new = cfg.decode.max_new_tokens
+    outputs = [target_generate(target, ids, max_new_tokens=max_new, eos_token_id=eos).tokens for ids in prompts]
+    shapes = [TreeShape.parse(str(name)) for name in cfg.eval.tree_candidates]
+    verify_s: dict[tuple, float] = {}
+    chosen, tables = {}, {}
+    for entry in tqdm(entries, desc="decode.tree=auto", unit="draft", disable=not progress):
+        chosen[entry.name], tables[entry.name] = choose_tree(
+            target, entry.draft, prompts, outputs, gamma=int(cfg.decode.gamma), shapes=shapes,
+            max_new_tokens=max_new, eos_token_id=eos, verify_s=verify_s)
+    return chosen, tables
 
 
 def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
@@ -430,13 +461,13 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         draft_info[name] = {"label": BASELINE_LABELS.get(name, name), "k": None, "tag": "", "draft_quant": "none",
                             "path": None, "parameters": 0, "train_seconds": 0.0, "draft": baseline.describe()}
 
-    drafts, draft_info = with_trees(drafts, draft_info, tree_shape(cfg.decode.get("tree", "off")),
-                                    [TreeShape.parse(str(name)) for name in cfg.eval.trees])
     prompt_format = str(cfg.task.prompt_format)  # chat: the tokenizer's template, as in training
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, prompt_format)], device=device) for e in examples]
     decode = cfg.decode
     timed = len(prompts) if decode.temperature > 0 or cfg.eval.timed_prompts is None else min(cfg.eval.timed_prompts, len(prompts))
     eos = stop_token_id(tokenizer, prompt_format)
+    main, tree_choice = chosen_trees(cfg, target, drafts, tokenizer, eos, progress)
+    drafts, draft_info = with_trees(drafts, draft_info, main, [TreeShape.parse(str(name)) for name in cfg.eval.trees])
     watch = contention.Watch()  # marks the timings below when another job shared the cores
     measurements = benchmark(
         target,
@@ -468,6 +499,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
     results["serving"] = serving_summary(target, target_only, measurements, timed)
     results["contention"] = busy
+    results["tree_choice"] = tree_choice  # decode.tree=auto: each draft's candidates and what won
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

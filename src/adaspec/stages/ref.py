@@ -19,7 +19,7 @@ from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import stop_token_id
-from adaspec.decoding.tree_shape import tree_shape
+from adaspec.decoding.tree_shape import monitor_tree
 from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
@@ -79,7 +79,7 @@ class ReferenceDistill(StageModule):
             gamma=cfg.decode.gamma,
             eos_token_id=stop_token_id(data.tokenizer, str(cfg.task.prompt_format)),  # a target id
             target_dtype=str(cfg.decode.target_dtype),
-            tree=tree_shape(cfg.decode.get("tree", "off")),
+            tree=monitor_tree(cfg.decode.get("tree", "off")),
         )
         return [*stopping, monitor]
 

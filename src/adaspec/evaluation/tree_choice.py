@@ -1,0 +1,108 @@
+"""`decode.tree=auto`: each draft's tree shape, or chains, chosen by expected speed-up before anything is timed.
+
+A candidate's expected speed-up is tau x (the target's one-token step) / (the draft's proposal of a block + the
+target's verification of it), every factor measured here, in this process, on the serving that runs:
+
+- tau, the tokens a block emits, by the exact greedy replay (`adaspec.evaluation.replay`) on calibration prompts:
+  the `eval.tree_calibration_prompts` test prompts after the evaluated ones, so no row is timed on a prompt that
+  chose its shape. At temperature > 0 the greedy acceptance stands in for the sampled one (lower there);
+- the draft's seconds per block: for a tree, the median of its `propose_tree` calls during that replay; for a chain
+  of gamma, gamma times its one-token proposal (`Draft.step_seconds`);
+- the verification's seconds: `tree_verify_seconds` of the candidate's node count (its compiled graph, with the
+  head's features when it reads them), or `forward_seconds` of gamma + 1 tokens for the chain.
+
+Candidates: `decode.gamma`'s chain and every shape of `eval.tree_candidates`; shapes with a lookup branch only for
+drafts that can carry one (not prompt lookup itself). The table of every candidate goes into results.json
+(`tree_choice`), so a reader sees what the choice weighed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from adaspec.decoding import FixedGamma, GenerationResult
+from adaspec.decoding.serving import as_served
+from adaspec.decoding.tree import TreeShape
+from adaspec.drafts import Draft, hybrid
+from adaspec.drafts.base import tree_replay
+from adaspec.evaluation.cost import forward_seconds, tree_verify_seconds
+from adaspec.evaluation.replay import replay
+
+CHAIN = "chain"
+
+
+class _TimedSession:
+    """A tree session whose `propose_tree` calls are timed (the replay's rewinds are not)."""
+
+    def __init__(self, session) -> None:
+        self.session, self.seconds = session, []
+
+    def propose_tree(self, *args) -> Any:
+        started = time.perf_counter()
+        tree = self.session.propose_tree(*args)
+        self.seconds.append(time.perf_counter() - started)
+        return tree
+
+
+def _tau(results: list[GenerationResult]) -> float:
+    return sum(len(r.tokens) for r in results) / max(1, sum(r.target_calls for r in results))
+
+
+def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
+    """The shapes `draft` can decode: none for a draft that cannot rank alternatives, no lookup branch for
+    prompt lookup itself (it would graft itself)."""
+    if not draft.proposes_trees:
+        return []
+    return [s for s in shapes if not (s.lookup and draft.kind == "prompt_lookup")]
+
+
+@torch.inference_mode()
+def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[int]], *, gamma: int,
+                shapes: list[TreeShape], max_new_tokens: int, eos_token_id: int | None,
+                verify_s: dict[tuple, float] | None = None) -> tuple[TreeShape | None, dict[str, Any]]:
+    """(the shape with the highest expected speed-up, or None for the chain of `gamma`; the table of candidates).
+
+    `target` is the target as it serves (`Served`; a plain model runs eager), `outputs[i]` its greedy tokens after `prompts[i]` (the calibration prompts).
+    `verify_s`: seconds of a tree verification by (node count, the draft's target layers), shared between the drafts
+    of one evaluation (filled here as node counts come up)."""
+    target, verify_s = as_served(target), {} if verify_s is None else verify_s
+    width = draft.verify_width(target.config.vocab_size)
+    # the calls are timed mid-generation: after the first prompt and its output
+    timing = torch.cat([prompts[0][0], torch.tensor(outputs[0], device=prompts[0].device)]).view(1, -1)
+    step_s = forward_seconds(target, timing)
+
+    def expected(tau: float, block_s: float) -> float:
+        return tau * step_s / block_s
+
+    chain = [replay(out, draft.greedy_blocks(ids, out, width), policy=FixedGamma(gamma), prompt_len=ids.shape[1],
+                    max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for ids, out in zip(prompts, outputs, strict=True)]
+    draft_s, chain_verify_s = draft.step_seconds(timing, width), forward_seconds(target, timing, gamma + 1)
+    tau = _tau(chain)
+    table = {CHAIN: {"gamma": gamma, "tau": tau, "draft_s": gamma * draft_s, "verify_s": chain_verify_s,
+                     "expected_speedup": expected(tau, gamma * draft_s + chain_verify_s)}}
+    for shape in candidates_for(draft, shapes):
+        runner = hybrid.for_shape(draft, shape)
+        results, seconds = [], []
+        for ids, out in zip(prompts, outputs, strict=True):
+            context = torch.cat([ids[0], torch.tensor(out, device=ids.device, dtype=ids.dtype)])
+            session, rewind = runner.replay_session(ids, context, width)
+            timed = _TimedSession(session)
+            blocks = tree_replay(timed, rewind, context, ids.shape[1], out, shape)
+            results.append(replay(out, blocks, policy=FixedGamma(shape.reach), prompt_len=ids.shape[1],
+                                  max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
+            seconds += timed.seconds
+        key, layers = (shape.nodes, tuple(draft.target_layers)), draft.target_layers or None
+        if key not in verify_s:
+            target.warm_up([shape.nodes + 1], feature_layers=layers, tree=True)  # compiled: its graph, untimed
+            verify_s[key] = tree_verify_seconds(target, timing, shape.nodes, layers)
+        tau, block_s = _tau(results), statistics.median(seconds)
+        table[shape.name] = {"tau": tau, "draft_s": block_s, "verify_s": verify_s[key],
+                             "expected_speedup": expected(tau, block_s + verify_s[key])}
+    best = max(table, key=lambda name: table[name]["expected_speedup"])
+    return (None if best == CHAIN else TreeShape.parse(best)), {"chosen": best, "prompts": len(prompts),
+                                                                "candidates": table}
