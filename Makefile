@@ -71,9 +71,11 @@ demo: install
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
 # demo-real's evaluation serves as make bench-real found fastest (bench/results/smollm2.json): the target compiled in
 # bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16,
-# the hybrid tree (bench/results/smollm2-long-lookup.json); compiling its step graphs takes a few minutes, excluded from every figure.
+# each draft's tree or chain chosen on held-out prompts (decode.tree=auto; here the hybrid k4-d3-n12+lookup8 for the
+# heads, as in bench/results/smollm2-long-lookup.json); compiling the step graphs takes a few minutes, excluded from
+# every figure.
 SERVE_FASTEST ?= decode.target_dtype=bfloat16 decode.kv_cache=static decode.compile=true decode.draft_dtype=bfloat16 \
-	gamma=3 eval.gammas=[3] decode.tree=k4-d3-n12+lookup8 eval.target_servings=[bfloat16-compiled-w2]
+	gamma=3 eval.gammas=[3] decode.tree=auto eval.target_servings=[bfloat16-compiled-w2]
 REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
 EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3

@@ -484,9 +484,10 @@ class EvalConfig:
     trees: list[str] = field(default_factory=list)
     # decode.tree=auto: the shapes it weighs beside the chain of decode.gamma, and how many test prompts after the
     # evaluated ones calibrate their acceptance (adaspec.evaluation.tree_choice)
+    # (three node counts: a compiled target compiles a verification graph for each)
     tree_candidates: list[str] = field(default_factory=lambda: [
-        "k2-d3-n6", "k4-d3-n8", "k4-d3-n12", "k4-d4-n16", "k4-d5-n16", "k4-d6-n24",
-        "k4-d3-n8+lookup8", "k4-d3-n12+lookup8", "k4-d4-n16+lookup12"])
+        "k4-d3-n8", "k4-d3-n12", "k4-d4-n16", "k4-d5-n16", "k4-d3-n8+lookup8", "k4-d3-n12+lookup8",
+        "k4-d4-n16+lookup12"])
     tree_calibration_prompts: int = 4
 
 
