@@ -4,45 +4,37 @@
 
 (after `make demo-real` has built the target, the answers, the teacher and feature caches and, for `draft`, the
 reference head). It composes demo-real's stage 2 (`ref`) or stage 3 (`draft`, k=0.4) with its settings, takes the
-training loader's first batches and runs the stage's own loss step by step, timing each part: the teacher's
-top-k read, the feature-cache read, the projection, per training-time-test pass the decoder layer, the
-8,192-way output and the divergence, then backward and the optimiser (stage 3 adds the reference head's passes
-and the selection). Before timing, the parts' loss is checked equal to the stage module's own `loss` on the
-same batch, so what is profiled is what trains.
+training loader's first batches and runs the stage module's own loss on each (what Lightning's step runs, under
+the same bfloat16 autocast), then backward and AdamW. Parts are timed from hooks on the head's modules and on
+the teacher, so the code profiled is the code that trains: the teacher's top-k read, the feature-cache read,
+the projection (fc), per training-time-test pass the decoder layer, the output layer (norm and the 8,192-way
+lm_head) and the divergence; stage 3 also the reference head's. "other forward" is the rest of the forward
+(masks, gathers, the selection).
 
-Memory: the growth of the resident set over the part's start, sampled every half millisecond (glibc's mmap
-threshold is pinned low so that freed tensors leave the resident set at once). Step 0 is a warm-up and is not
-counted. Prints a markdown table and writes JSON to bench/results/head-step-profile-<stage>.json.
+Seconds: medians over `steps` steps after one warm-up step. Memory, from a second process started with glibc's
+mmap threshold pinned low (freed tensors then leave the resident set at once, at some cost in time, which is
+why the seconds come from this one): the growth of the resident set during the part, sampled every half
+millisecond, its maximum over the steps. Prints a markdown table; writes bench/results/head-step-profile-<stage>
+[-<name>].json (`--name`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
+import resource
+import statistics
+import subprocess
 import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
 
-if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # glibc reads it at start: run again with it set
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+import torch
 
-import json  # noqa: E402
-import platform  # noqa: E402
-import resource  # noqa: E402
-import statistics  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import torch  # noqa: E402
-
-from adaspec.commands.bench_real import cpu_model  # noqa: E402
-from adaspec.distill.tokens import answer_logits, answer_mask  # noqa: E402
-from adaspec.models.eagle3 import KVCache, shift_features  # noqa: E402
-from adaspec.pipeline import build_data, resolve_stage_config  # noqa: E402
-from adaspec.stages import stage_module  # noqa: E402
-from adaspec.stages.ref import TTT_DECAY  # noqa: E402
-from adaspec.toolkit import checked_config  # noqa: E402
-
+MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
 DEMO_REAL = ["model=smollm2", "task=gsm8k", "task.local_dir=../shared/data/gsm8k", "task.n_train=500",
              "task.n_val=64", "distill.data=target", "distill.teacher=cache", "distill.cache_mode=topk",
              "pretrain=none", "model.draft_kind=eagle3", "distill.ttt_passes=3", "stage.max_epochs=6",
@@ -56,75 +48,107 @@ def rss_bytes() -> int:
 
 
 class Sampler(threading.Thread):
-    """The resident set's maximum since the last `reset`, sampled every half millisecond."""
+    """The resident set's maximum since the last `reset`, sampled every half millisecond (memory runs only). A
+    reset starts a new epoch; a sample taken in an older one is dropped, so one part's peak never leaks into the
+    next part's."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.high = 0
+        self.epoch, self.high = 0, (0, 0)
 
     def reset(self) -> int:
-        self.high = rss_bytes()
-        return self.high
+        now = rss_bytes()
+        self.epoch += 1
+        self.high = (self.epoch, now)
+        return now
+
+    def peak(self) -> int:
+        epoch, high = self.high
+        return max(high if epoch == self.epoch else 0, rss_bytes())
 
     def run(self) -> None:
         while True:
-            self.high = max(self.high, rss_bytes())
+            epoch, sample = self.epoch, rss_bytes()
+            seen, high = self.high
+            if seen == epoch == self.epoch:
+                self.high = (epoch, max(high, sample))
             time.sleep(0.0005)
 
 
 class Parts:
-    def __init__(self, sampler: Sampler) -> None:
-        self.sampler, self.seconds, self.peak = sampler, defaultdict(list), defaultdict(int)
-        self.counting = False
+    """Seconds per part and step (summed over a part's calls in the step), and each part's peak memory growth."""
 
-    @contextmanager
-    def part(self, name: str):
-        base = self.sampler.reset()
-        started = time.perf_counter()
-        yield
-        elapsed = time.perf_counter() - started
-        grown = max(self.sampler.high, rss_bytes()) - base
-        if self.counting:
-            self.seconds[name].append(elapsed)
-            self.peak[name] = max(self.peak[name], grown)
+    def __init__(self, sampler: Sampler | None) -> None:
+        self.sampler, self.open = sampler, {}
+        self.step: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+        self.peak: dict[str, int] = defaultdict(int)
+        self.calls: dict[str, int] = defaultdict(int)  # calls per label in this step: the pass index
+
+    def start(self, name: str) -> None:
+        self.open[name] = (time.perf_counter(), self.sampler.reset() if self.sampler else 0)
+
+    def stop(self, name: str) -> None:
+        started, base = self.open.pop(name)
+        self.step[name] += time.perf_counter() - started
+        if self.sampler:
+            self.peak[name] = max(self.peak[name], self.sampler.peak() - base)
+
+    def next_step(self, keep: bool) -> None:
+        if keep:
+            self.steps.append(dict(self.step))
+        self.step, self.calls = defaultdict(float), defaultdict(int)
+
+    def numbered(self, label: str) -> str:
+        """`label` with the pass number of this call in the step (`student: pass 1 decoder layer`)."""
+        k = self.calls[label]
+        self.calls[label] += 1
+        return label.replace("{k}", str(k))
 
 
-def head_divergence(module, head, batch, mask, signal, teacher, parts: Parts, who: str):
-    """`ReferenceDistill.draft_divergence` of an EAGLE-3 head, written out part by part (its
-    `Eagle3Head.unrolled` loop, same calls)."""
+def hook_head(head, who: str, parts: Parts) -> None:
+    """Time the head's projection, each pass's decoder layer and its output layer (norm and lm_head)."""
     model = head.model
-    with parts.part(f"{who}: feature-cache read"):
-        features = head._features(batch["input_ids"], batch["attention_mask"], None, batch.get("index"))
-    with parts.part(f"{who}: projection (fc)"):
-        features = model.project(shift_features(features).to(model.fc.weight.dtype))
-    ids, keep_mask = batch["input_ids"], batch["attention_mask"]
-    t = ids.shape[1]
-    positions = torch.arange(t)
-    embeds, cache = model.embed_tokens(ids), KVCache()
-    keep = keep_mask.bool()[:, None, None, :]
-    total = 0
-    for k in range(int(module.distill_cfg.ttt_passes)):
-        with parts.part(f"{who}: pass {k} mask"):
-            blocks = [positions[None, :] <= positions[:, None] - k]
-            blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
-            mask_k = torch.cat([b[None, None] & keep for b in blocks], dim=-1)
-            mask_k[..., -t:] |= torch.eye(t, dtype=torch.bool)
-        with parts.part(f"{who}: pass {k} decoder layer"):
-            out = model.midlayer(embeds, features, positions, mask_k, cache)
-        with parts.part(f"{who}: pass {k} 8192-way output"):
-            logits = model.lm_head(model.norm(out))
-        with parts.part(f"{who}: pass {k} divergence"):
-            total = total + TTT_DECAY**k * teacher.divergence(signal, answer_logits(logits, mask))
-        features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
-    return total
+    names = {}
+
+    def around(module, label: str, first=None, last=None):
+        first, last = first or module, last or module
+
+        def pre(*_):
+            names[label] = parts.numbered(label)
+            parts.start(names[label])
+
+        def post(*_):
+            parts.stop(names[label])
+
+        first.register_forward_pre_hook(pre)
+        last.register_forward_hook(post)
+
+    around(model.fc, f"{who}: projection (fc)")
+    around(model.midlayer, f"{who}: pass {{k}} decoder layer")
+    around(None, f"{who}: pass {{k}} output layer (norm, 8192-way lm_head)", first=model.norm, last=model.lm_head)
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    extra = args[args.index("--") + 1:] if "--" in args else []
-    args = args[: args.index("--")] if "--" in args else args
-    stage = args[0] if args else "ref"
-    steps = int(args[1]) if len(args) > 1 else 4
+def timed_method(owner, method: str, label: str, parts: Parts) -> None:
+    """Replace `owner.method` by a timed call of itself (this process only: a profile, not a test)."""
+    inner = getattr(owner, method)
+
+    def timed(*args, **kwargs):
+        name = parts.numbered(label)
+        parts.start(name)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            parts.stop(name)
+
+    setattr(owner, method, timed)
+
+
+def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
+    from adaspec.pipeline import build_data, resolve_stage_config
+    from adaspec.stages import stage_module
+    from adaspec.toolkit import checked_config
+
     overrides = [f"stage={stage}", *(["k=0.4"] if stage == "draft" else []), *DEMO_REAL, *extra]
     torch.set_num_threads(os.cpu_count() or 1)
     cfg, splits = resolve_stage_config(checked_config(*overrides))
@@ -134,66 +158,90 @@ def main() -> None:
     data.setup("fit")
     batches = iter(data.train_dataloader())
     optimizer = torch.optim.AdamW(module.student.parameters(), lr=cfg.stage.lr, weight_decay=cfg.stage.weight_decay)
-    sampler = Sampler()
-    sampler.start()
+    sampler = Sampler() if memory else None
+    if sampler:
+        sampler.start()
     parts = Parts(sampler)
+    hook_head(module.draft, "student", parts)
+    if stage == "draft" and module.reference is not None:
+        hook_head(module.reference, "reference", parts)
+    timed_method(module.teacher, "signal", "teacher top-k read", parts)
+    timed_method(module.teacher, "divergence", "divergence, pass {k} (student, then reference)", parts)
+    if module.draft.feature_cache is not None:
+        timed_method(module.draft.feature_cache, "batch", "feature-cache read", parts)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    tokens, steps_s, checked = [], [], None
+    tokens, step_seconds, log = [], [], []
     for step in range(steps + 1):
         batch = next(batches)
-        parts.counting = step > 0
-        if step == 0:  # the parts compute the stage's own loss
-            with autocast, torch.no_grad():
-                reference_loss = float(module.loss(batch)[0])
         started = time.perf_counter()
+        parts.start("forward")
         with autocast:
-            mask = answer_mask(batch["labels"])
-            with parts.part("teacher top-k read"), torch.no_grad():
-                signal = module.teacher.signal(batch, mask)
-            kl = head_divergence(module, module.draft, batch, mask, signal, module.teacher, parts, "student")
-            if stage == "draft":
-                with torch.no_grad():
-                    kl_ref = head_divergence(module, module.reference, batch, mask, signal, module.teacher, parts,
-                                             "reference")
-                with parts.part("selection"):
-                    from adaspec.distill.selection import select  # stage 3 only
-
-                    record = select(str(module.distill_cfg.selection), kl.detach() - kl_ref, module.k, mask,
-                                    module.selection_state)
-                    loss = torch.where(record.selected, kl, 0.0).sum() / max(float(record.selected.sum()), 1.0)
-            else:
-                loss = kl.mean()
-        if step == 0:
-            checked = {"stage_loss": reference_loss, "profiled_loss": float(loss)}
-            assert abs(reference_loss - float(loss)) <= 1e-3 * max(1.0, abs(reference_loss)), checked
-        with parts.part("backward"):
-            loss.backward()
-        with parts.part("optimiser"):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss = (module.step(batch) if stage == "draft" else module.loss(batch))[0]
+        parts.stop("forward")
+        parts.start("backward")
+        loss.backward()
+        parts.stop("backward")
+        parts.start("optimiser")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        parts.stop("optimiser")
+        elapsed = time.perf_counter() - started
+        parts.next_step(keep=step > 0)
         if step > 0:
-            steps_s.append(time.perf_counter() - started)
+            step_seconds.append(elapsed)
             tokens.append(int(batch["attention_mask"].sum()))
-        print(f"step {step}: {time.perf_counter() - started:.2f} s, {int(batch['attention_mask'].sum())} tokens, "
-              f"batch {tuple(batch['input_ids'].shape)}, {int(mask.sum())} answer tokens", flush=True)
-    rows = {name: {"seconds": statistics.median(s), "peak_mb": parts.peak[name] / 2**20}
-            for name, s in parts.seconds.items()}
+        log.append({"seconds": elapsed, "tokens": int(batch["attention_mask"].sum()),
+                    "shape": list(batch["input_ids"].shape), "loss": float(loss)})
+        print(f"step {step}: {elapsed:.2f} s, {log[-1]['tokens']} tokens, batch {tuple(batch['input_ids'].shape)}, "
+              f"loss {float(loss):.4f}", flush=True)
+    names = list(parts.steps[0])
+    seconds = {name: statistics.median(s.get(name, 0.0) for s in parts.steps) for name in names}
+    inner = sum(v for n, v in seconds.items() if n not in ("forward", "backward", "optimiser"))
+    seconds["other forward"] = max(0.0, seconds.pop("forward") - inner)
+    return {
+        "overrides": overrides, "steps": steps, "log": log, "seconds": seconds,
+        "peak_mb": {name: v / 2**20 for name, v in parts.peak.items()},
+        "step_seconds_median": statistics.median(step_seconds), "tokens_per_s": sum(tokens) / sum(step_seconds),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    extra = args[args.index("--") + 1:] if "--" in args else []
+    args = args[: args.index("--")] if "--" in args else args
+    memory, name = "--memory" in args, None
+    if "--name" in args:
+        name = args[args.index("--name") + 1]
+        args.remove("--name"), args.remove(name)
+    args = [a for a in args if a != "--memory"]
+    stage = args[0] if args else "ref"
+    steps = int(args[1]) if len(args) > 1 else 3
+    if memory:  # the child process of a timing run: print its JSON only
+        print("MEMORY " + json.dumps(profile(stage, steps, extra, memory=True)))
+        return
+    timing = profile(stage, steps, extra, memory=False)
+    child = subprocess.run([sys.executable, __file__, stage, str(steps), "--memory", "--", *extra],
+                           env={**os.environ, **MEMORY_ENV}, capture_output=True, text=True, check=True)
+    mem = json.loads(next(line for line in child.stdout.splitlines() if line.startswith("MEMORY "))[7:])
+    from adaspec.commands.bench_real import cpu_model  # the CPU's name and its AMX / AVX-512 BF16 flags
+
     result = {
         "command": "python experiments/smollm2/profile_head_step.py " + " ".join(sys.argv[1:]),
-        "overrides": overrides, "steps": steps, "check": checked,
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
                     "threads": torch.get_num_threads(), **cpu_model()},
-        "step_seconds_median": statistics.median(steps_s), "tokens_per_s": sum(tokens) / sum(steps_s),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "parts": rows,
+        # the memory run's own peak RSS is not kept: Linux carries a parent's peak into the child it forks
+        "timing": timing, "memory_run": {k: mem[k] for k in ("peak_mb", "log")},
     }
-    out = Path("bench/results") / f"head-step-profile-{stage}.json"
+    out = Path("bench/results") / (f"head-step-profile-{stage}" + (f"-{name}" if name else "") + ".json")
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    total = sum(r["seconds"] for r in rows.values())
+    total = sum(timing["seconds"].values())
     print("| part | seconds (median) | share | peak memory growth (MB) |\n|---|---|---|---|")
-    for name, r in rows.items():
-        print(f"| {name} | {r['seconds']:.3f} | {r['seconds'] / total:.0%} | {r['peak_mb']:.0f} |")
-    print(f"step {result['step_seconds_median']:.2f} s median, {result['tokens_per_s']:.0f} tokens/s, "
-          f"peak RSS {result['peak_rss_mb']:.0f} MB; wrote {out}")
+    for part, seconds in timing["seconds"].items():
+        peak = mem["peak_mb"].get(part)
+        print(f"| {part} | {seconds:.3f} | {seconds / total:.0%} | {'' if peak is None else f'{peak:.0f}'} |")
+    print(f"step {timing['step_seconds_median']:.2f} s median, {timing['tokens_per_s']:.0f} tokens/s, the process's "
+          f"peak RSS {timing['peak_rss_mb']:.0f} MB (models and caches included); wrote {out}")
 
 
 if __name__ == "__main__":

@@ -75,13 +75,15 @@ class Eagle3Draft(Draft):
         return self.model(projected, input_ids, attention_mask=attention_mask)[1]
 
     def unrolled_logits(self, input_ids: Tensor, steps: int, attention_mask: Tensor | None = None,
-                        features: Tensor | None = None, index: Tensor | None = None) -> list[Tensor]:
+                        features: Tensor | None = None, index: Tensor | None = None,
+                        rows: Tensor | None = None) -> list[Tensor]:
         """`logits` of each pass of EAGLE-3's training-time test (`Eagle3Head.unrolled`): pass k's position
         t predicts token t+1 as the k-th proposal after a block's first would (its first k positions read
-        no real feature). `features` and `index` as in `logits`."""
+        no real feature). `features` and `index` as in `logits`; `rows [B, T]`: only those positions' logits
+        (`Eagle3Head.unrolled`)."""
         features = self._features(input_ids, attention_mask, features, index)
         projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
-        return self.model.unrolled(projected, input_ids, steps, attention_mask=attention_mask)
+        return self.model.unrolled(projected, input_ids, steps, attention_mask=attention_mask, rows=rows)
 
     def _features(self, input_ids: Tensor, attention_mask: Tensor | None, features: Tensor | None,
                   index: Tensor | None) -> Tensor:

@@ -120,6 +120,17 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
+class RMSNorm(nn.RMSNorm):
+    """RMSNorm that normalises an input of another dtype than its weight in the weight's and returns the input's:
+    under bfloat16 autocast (training) a bfloat16 input would miss the fused kernel (torch warns and normalises op
+    by op, in float32, to the same bfloat16 result)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == self.weight.dtype:
+            return super().forward(x)
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)
+
+
 class MLP(nn.Module):
     def __init__(self, config: Eagle3Config):
         super().__init__()
@@ -135,9 +146,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: Eagle3Config):
         super().__init__()
         h, eps = config.hidden_size, config.rms_norm_eps
-        self.hidden_norm, self.input_layernorm = nn.RMSNorm(h, eps=eps), nn.RMSNorm(h, eps=eps)
+        self.hidden_norm, self.input_layernorm = RMSNorm(h, eps=eps), RMSNorm(h, eps=eps)
         self.self_attn, self.mlp = Attention(config), MLP(config)
-        self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
+        self.post_attention_layernorm = RMSNorm(h, eps=eps)
 
     def forward(self, embeds: Tensor, features: Tensor, positions: Tensor, mask: Tensor,
                 cache: KVCache | None) -> Tensor:
@@ -158,7 +169,7 @@ class Eagle3Head(PreTrainedModel):
         self.embed_tokens.weight.requires_grad_(False)  # the target's, frozen (`from_target`)
         self.fc = nn.Linear(len(config.target_layers) * h, h, bias=False)
         self.midlayer = DecoderLayer(config)
-        self.norm = nn.RMSNorm(h, eps=config.rms_norm_eps)
+        self.norm = RMSNorm(h, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(h, config.draft_vocab_size, bias=False)
         self.post_init()
 
@@ -208,12 +219,14 @@ class Eagle3Head(PreTrainedModel):
         return out, self.lm_head(self.norm(out))
 
 
-    def unrolled(self, features: Tensor, input_ids: Tensor, steps: int,
-                 attention_mask: Tensor | None = None) -> list[Tensor]:
+    def unrolled(self, features: Tensor, input_ids: Tensor, steps: int, attention_mask: Tensor | None = None,
+                 rows: Tensor | None = None) -> list[Tensor]:
         """EAGLE-3's training-time test: logits `[B, T, draft vocab]` of `steps` passes over every pair. Pass 0
         reads `features` (projected); pass k reads the head's own output of pass k-1 at the position before,
         as decoding's k-th proposal after a block's start does. Its pair at position j attends to pass 0's
-        pairs up to j-k and to pass m's pair at j-(k-m) (1 <= m <= k): the keys a proposal sees at decoding."""
+        pairs up to j-k and to pass m's pair at j-(k-m) (1 <= m <= k): the keys a proposal sees at decoding.
+        `rows [B, T]` (bool): only those positions' logits, `[N, draft vocab]` in row-major order: the output
+        layer, the larger half of a pass, then runs where the loss reads it (training: the answer positions)."""
         t = input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device)
         embeds, cache, logits = self.embed_tokens(input_ids), KVCache(), []
@@ -225,7 +238,7 @@ class Eagle3Head(PreTrainedModel):
             mask = torch.cat(masks, dim=-1)
             mask[..., -t:] |= torch.eye(t, dtype=torch.bool, device=mask.device)  # a padded row sees itself
             out = self.midlayer(embeds, features, positions, mask, cache)
-            logits.append(self.lm_head(self.norm(out)))
+            logits.append(self.lm_head(self.norm(out if rows is None else out[rows])))
             features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return logits
 

@@ -11,6 +11,7 @@ import time
 
 import lightning.pytorch as pl
 import torch
+import torch.nn.functional as F
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -94,15 +95,16 @@ class ReferenceDistill(StageModule):
         return answer_logits(logits, mask)
 
     def draft_divergence(self, draft, batch: dict[str, torch.Tensor], mask: torch.Tensor, signal, teacher):
-        """[N] divergence of a draft's answer tokens from the teacher's signal. An EAGLE-3 head with
-        distill.ttt_passes = n > 1: the sum over EAGLE-3's training-time test of 0.8^k times pass k's."""
+        """[N] divergence of a draft's answer tokens from the teacher's signal. An EAGLE-3 head: the sum over the
+        distill.ttt_passes passes of EAGLE-3's training-time test of 0.8^k times pass k's (one pass: its plain
+        logits), its output layer run on the answer positions only."""
         passes = int(self.distill_cfg.get("ttt_passes", 1))
-        if passes == 1 or not isinstance(draft, Eagle3Draft):
+        if not isinstance(draft, Eagle3Draft):
             return teacher.divergence(signal, self._answer_logits(draft, batch, mask))
+        rows = F.pad(mask, (0, 1))  # the answer positions: the head's output layer runs there only
         unrolled = draft.unrolled_logits(batch["input_ids"], passes, attention_mask=batch["attention_mask"],
-                                         index=batch.get("index"))
-        return sum(TTT_DECAY**k * teacher.divergence(signal, answer_logits(logits, mask))
-                   for k, logits in enumerate(unrolled))
+                                         index=batch.get("index"), rows=rows)
+        return sum(TTT_DECAY**k * teacher.divergence(signal, logits) for k, logits in enumerate(unrolled))
 
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
