@@ -25,6 +25,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from adaspec.callbacks.free_memory import FreeMemory
 from adaspec.callbacks.step_checkpoint import StepCheckpoint
 from adaspec.logs import one_line_per_event
 from adaspec.paths import CHECKPOINTS, LAST_CHECKPOINT
@@ -162,7 +163,7 @@ def build_trainer(
         check_val_every_n_epoch=None if st.val_every_n_steps > 0 else 1,
         num_sanity_val_steps=0,
         logger=build_loggers(cfg, folder, run_name, resume_step),
-        callbacks=[checkpointing, *(callbacks or [])],
+        callbacks=[checkpointing, FreeMemory(), *(callbacks or [])],
         enable_checkpointing=False,  # StepCheckpoint writes the only checkpoint
         default_root_dir=str(folder),
         enable_model_summary=False,
