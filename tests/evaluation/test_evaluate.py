@@ -227,6 +227,8 @@ def test_auto_decodes_each_draft_with_the_candidate_it_chose_on_held_out_prompts
     assert set(choice) == {"k0.4", "prompt_lookup"}
     assert set(choice["k0.4"]["candidates"]) == {"chain", "k3-d4-n10", "k3-d4-n10+lookup"}
     assert set(choice["prompt_lookup"]["candidates"]) == {"chain", "k3-d4-n10"}
+    # the target's calls are timed once and weigh every draft's candidates alike
+    assert choice["k0.4"]["candidates"]["chain"]["verify_s"] == choice["prompt_lookup"]["candidates"]["chain"]["verify_s"]
     for name, row in results["drafts"].items():
         chosen = choice[name]["chosen"]
         assert row["tree"] == (None if chosen == "chain" else chosen) and choice[name]["prompts"] == 2

@@ -95,8 +95,6 @@ def tree_shape(decode_tree) -> TreeShape | None:
     return TreeShape(**{k: int(v) for k, v in keys.items()})
 
 
-
-
 def is_auto(decode_tree) -> bool:
     return isinstance(decode_tree, str) and decode_tree == AUTO
 

@@ -419,12 +419,12 @@ def chosen_trees(cfg: DictConfig, target: Served, entries: list[Entry], tokenize
     max_new = cfg.decode.max_new_tokens
     outputs = [target_generate(target, ids, max_new_tokens=max_new, eos_token_id=eos).tokens for ids in prompts]
     shapes = [TreeShape.parse(str(name)) for name in cfg.eval.tree_candidates]
-    verify_s: dict[tuple, float] = {}
+    target_s: dict[tuple, float] = {}  # the target's calls, timed once for every draft
     chosen, tables = {}, {}
     for entry in tqdm(entries, desc="decode.tree=auto", unit="draft", disable=not progress):
         chosen[entry.name], tables[entry.name] = choose_tree(
             target, entry.draft, prompts, outputs, gamma=int(cfg.decode.gamma), shapes=shapes,
-            max_new_tokens=max_new, eos_token_id=eos, verify_s=verify_s)
+            max_new_tokens=max_new, eos_token_id=eos, target_s=target_s)
     return chosen, tables
 
 

@@ -8,7 +8,7 @@ target's verification of it), every factor measured here, in this process, on th
   chose its shape. At temperature > 0 the greedy acceptance stands in for the sampled one (lower there);
 - the draft's seconds per block: for a tree, the median of its `propose_tree` calls during that replay; for a chain
   of gamma, gamma times its one-token proposal (`Draft.step_seconds`);
-- the verification's seconds: `tree_verify_seconds` of the candidate's node count (its compiled graph, with the
+- the verification's seconds (each timed once per evaluation, shared by its drafts): `tree_verify_seconds` of the candidate's node count (its compiled graph, with the
   head's features when it reads them), or `forward_seconds` of gamma + 1 tokens for the chain.
 
 Candidates: `decode.gamma`'s chain and every shape of `eval.tree_candidates`; shapes with a lookup branch only for
@@ -64,27 +64,40 @@ def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
 @torch.inference_mode()
 def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[int]], *, gamma: int,
                 shapes: list[TreeShape], max_new_tokens: int, eos_token_id: int | None,
-                verify_s: dict[tuple, float] | None = None) -> tuple[TreeShape | None, dict[str, Any]]:
+                target_s: dict[tuple, float] | None = None) -> tuple[TreeShape | None, dict[str, Any]]:
     """(the shape with the highest expected speed-up, or None for the chain of `gamma`; the table of candidates).
 
-    `target` is the target as it serves (`Served`; a plain model runs eager), `outputs[i]` its greedy tokens after `prompts[i]` (the calibration prompts).
-    `verify_s`: seconds of a tree verification by (node count, the draft's target layers), shared between the drafts
-    of one evaluation (filled here as node counts come up)."""
-    target, verify_s = as_served(target), {} if verify_s is None else verify_s
+    `target` is the target as it serves (`Served`; a plain model runs eager), `outputs[i]` its greedy tokens after
+    `prompts[i]` (the calibration prompts). `target_s`: the target's timed calls (its step, the chain's verification,
+    a tree's by node count and the draft's target layers), shared between the drafts of one evaluation: each is
+    timed once, when a draft first needs it."""
+    target, target_s = as_served(target), {} if target_s is None else target_s
     width = draft.verify_width(target.config.vocab_size)
     # the calls are timed mid-generation: after the first prompt and its output
     timing = torch.cat([prompts[0][0], torch.tensor(outputs[0], device=prompts[0].device)]).view(1, -1)
-    step_s = forward_seconds(target, timing)
+
+    def seconds_of(key: tuple, measure) -> float:
+        if key not in target_s:
+            target_s[key] = measure()
+        return target_s[key]
+
+    step_s = seconds_of(("step",), lambda: forward_seconds(target, timing))
 
     def expected(tau: float, block_s: float) -> float:
         return tau * step_s / block_s
 
-    chain = [replay(out, draft.greedy_blocks(ids, out, width), policy=FixedGamma(gamma), prompt_len=ids.shape[1],
-                    max_new_tokens=max_new_tokens, eos_token_id=eos_token_id) for ids, out in zip(prompts, outputs, strict=True)]
-    draft_s, chain_verify_s = draft.step_seconds(timing, width), forward_seconds(target, timing, gamma + 1)
+    def replayed(blocks, ids: Tensor, out: list[int], policy_gamma: int) -> GenerationResult:
+        return replay(out, blocks, policy=FixedGamma(policy_gamma), prompt_len=ids.shape[1],
+                      max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+
+    chain = [replayed(draft.greedy_blocks(ids, out, width), ids, out, gamma)
+             for ids, out in zip(prompts, outputs, strict=True)]
+    draft_s = draft.step_seconds(timing, width)
+    chain_verify_s = seconds_of(("verify", gamma + 1), lambda: forward_seconds(target, timing, gamma + 1))
     tau = _tau(chain)
     table = {CHAIN: {"gamma": gamma, "tau": tau, "draft_s": gamma * draft_s, "verify_s": chain_verify_s,
                      "expected_speedup": expected(tau, gamma * draft_s + chain_verify_s)}}
+    layers = draft.target_layers or None
     for shape in candidates_for(draft, shapes):
         runner = hybrid.for_shape(draft, shape)
         results, seconds = [], []
@@ -92,17 +105,18 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
             context = torch.cat([ids[0], torch.tensor(out, device=ids.device, dtype=ids.dtype)])
             session, rewind = runner.replay_session(ids, context, width)
             timed = _TimedSession(session)
-            blocks = tree_replay(timed, rewind, context, ids.shape[1], out, shape)
-            results.append(replay(out, blocks, policy=FixedGamma(shape.reach), prompt_len=ids.shape[1],
-                                  max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
+            results.append(replayed(tree_replay(timed, rewind, context, ids.shape[1], out, shape), ids, out,
+                                    shape.reach))
             seconds += timed.seconds
-        key, layers = (shape.nodes, tuple(draft.target_layers)), draft.target_layers or None
-        if key not in verify_s:
-            target.warm_up([shape.nodes + 1], feature_layers=layers, tree=True)  # compiled: its graph, untimed
-            verify_s[key] = tree_verify_seconds(target, timing, shape.nodes, layers)
+
+        def verification(nodes: int = shape.nodes) -> float:
+            target.warm_up([nodes + 1], feature_layers=layers, tree=True)  # compiled: its graph, untimed
+            return tree_verify_seconds(target, timing, nodes, layers)
+
+        verify_s = seconds_of(("tree", shape.nodes, tuple(draft.target_layers)), verification)
         tau, block_s = _tau(results), statistics.median(seconds)
-        table[shape.name] = {"tau": tau, "draft_s": block_s, "verify_s": verify_s[key],
-                             "expected_speedup": expected(tau, block_s + verify_s[key])}
+        table[shape.name] = {"tau": tau, "draft_s": block_s, "verify_s": verify_s,
+                             "expected_speedup": expected(tau, block_s + verify_s)}
     best = max(table, key=lambda name: table[name]["expected_speedup"])
     return (None if best == CHAIN else TreeShape.parse(best)), {"chosen": best, "prompts": len(prompts),
                                                                 "candidates": table}
