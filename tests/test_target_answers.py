@@ -217,24 +217,14 @@ def test_on_policy_steps_can_mix_with_the_targets_answers(setup):
         setup("distill.data=mixed", "distill.mixed_with=draft")
 
 
-def test_committed_answers_of_the_same_target_are_copied_not_generated(setup, tmp_path, monkeypatch, capsys):
+def fresh_copy_of_the_target(setup, tmp_path, c):
+    """A fresh run root whose target is the same weights saved with other file bytes (other metadata)."""
     from safetensors.torch import load_file, save_file
 
     from adaspec.data import target_answers
 
-    c = setup("stage=ref", "distill.data=target")
-    train = load_task(c.task)["train"]
-    first = ensure_target_answers(c, train)
-    final = paths.final(paths.target_dir(c))
-    committed = tmp_path / "results"
-    monkeypatch.setattr(target_answers, "COMMITTED", committed)
-    source = target_answers.committed_answers_dir(c)
-    source.mkdir(parents=True)
-    shutil.copyfile(first / ANSWERS, source / ANSWERS)
-
-    # a fresh run root whose target is the same weights saved with other file bytes (other metadata)
     fresh = setup("stage=ref", "distill.data=target", f"paths.root={tmp_path / 'fresh'}")
-    fresh_final = paths.final(paths.target_dir(fresh))
+    final, fresh_final = paths.final(paths.target_dir(c)), paths.final(paths.target_dir(fresh))
     shutil.copytree(final, fresh_final)
     tensors = load_file(fresh_final / "model.safetensors")
     save_file(tensors, fresh_final / "model.safetensors", metadata={"format": "pt", "saved_by": "elsewhere"})
@@ -242,18 +232,103 @@ def test_committed_answers_of_the_same_target_are_copied_not_generated(setup, tm
     meta = read_meta(fresh_final)
     meta["weights"] = "elsewhere"  # the file hash differs; only the content hash may match
     (fresh_final / "meta.json").write_text(json.dumps(meta))
+    return fresh, tensors
 
-    (source / "answers.json").write_text(json.dumps({"target_content": "0000000000000000"}))
-    ensure_target_answers(fresh, train)  # another target's answers: generated instead
-    assert "belong to another target" in capsys.readouterr().out
-    shutil.rmtree(paths.target_answers_dir(fresh))
 
-    (source / "answers.json").write_text(json.dumps({"target_content": target_answers.target_content_hash(final)}))
+@pytest.fixture
+def small_parts(monkeypatch, tmp_path):
+    """Committed answer parts of 4 problems, in a folder of the test's own."""
+    from adaspec.data import answer_parts, target_answers
+
+    monkeypatch.setattr(answer_parts, "PART_SIZE", 4)
+    monkeypatch.setattr(target_answers, "COMMITTED", tmp_path / "results")
+
+
+def test_answer_parts_are_the_run_answers_written_whole_with_their_hash(setup, small_parts, capsys):
+    from adaspec.data.answer_parts import part_files, read_part
+    from adaspec.data.target_answers import committed_answers_dir, target_content_hash, write_answer_parts
+
+    c = setup("stage=ref", "distill.data=target", "distill.answer_parts=0-2")
+    written = write_answer_parts(c, "0-2")
+    source = committed_answers_dir(c)
+    assert written == [part_files(source, p)[0] for p in range(3)]
+    saved = read_answers(paths.target_answers_dir(c))
+    ours = target_content_hash(paths.final(paths.target_dir(c)))
+    for part in range(3):
+        assert read_part(source, part, ours) == [saved[i] for i in range(4 * part, 4 * part + 4)]
+        sidecar = json.loads(part_files(source, part)[1].read_text())
+        assert sidecar["first"] == 4 * part and sidecar["count"] == 4 and sidecar["generation"]["greedy"]
+    assert read_part(source, 0, "another target") is None
+    capsys.readouterr()
+    assert write_answer_parts(c, "1-3") == [part_files(source, 3)[0]]  # 1-2 are finished: kept
+    assert "answer part 1: finished" in capsys.readouterr().out
+    with pytest.raises(UserError, match="distill.answer_parts='9-2'"):
+        write_answer_parts(c, "9-2")
+
+
+def test_a_fresh_run_adopts_the_committed_parts_of_its_target_and_generates_nothing(setup, small_parts, tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    from adaspec.data.target_answers import target_content_hash, write_answer_parts
+
+    c = setup("stage=ref", "distill.data=target")
+    train = load_task(c.task)["train"]
+    write_answer_parts(c, "0-2")  # problems 0-11: the 8 training ones and the 2 held out
+    fresh, tensors = fresh_copy_of_the_target(setup, tmp_path, c)
+    capsys.readouterr()
     ensure_target_answers(fresh, train)
     out = capsys.readouterr().out
-    assert "copied from" in out and "target answers:" in out and "prompts," not in out  # nothing generated
-    assert read_answers(paths.target_answers_dir(fresh)) == read_answers(first)
+    assert "10 committed answers of this target" in out and "prompts," not in out  # nothing generated
+    assert read_answers(paths.target_answers_dir(fresh)) == {
+        i: r for i, r in read_answers(paths.target_answers_dir(c)).items() if i < N_TRAIN + c.task.n_val}
 
-    tensors[sorted(tensors)[0]] += 1e-3  # one changed tensor: another target
+    tensors[sorted(tensors)[0]] += 1e-3  # one changed tensor: another target, whose answers these are not
+    fresh_final = paths.final(paths.target_dir(fresh))
     save_file(tensors, fresh_final / "model.safetensors")
-    assert target_answers.target_content_hash(fresh_final) != target_answers.target_content_hash(final)
+    assert target_content_hash(fresh_final) != target_content_hash(paths.final(paths.target_dir(c)))
+    shutil.rmtree(paths.target_answers_dir(fresh))
+    other = setup("stage=ref", "distill.data=target", f"paths.root={tmp_path / 'fresh'}", "task.n_train=2",
+                  "task.n_val=1")
+    ensure_target_answers(other, load_task(other.task)["train"])
+    out = capsys.readouterr().out
+    assert "belong to another target" in out and "3 prompts" in out
+    with pytest.raises(UserError, match="another target is committed there; it is not overwritten"):
+        write_answer_parts(other, "0")
+
+
+def test_a_cut_or_edited_part_is_refused_with_the_command_that_regenerates_it(setup, small_parts, tmp_path):
+    from adaspec.data.answer_parts import part_files
+    from adaspec.data.target_answers import committed_answers_dir, write_answer_parts
+
+    c = setup("stage=ref", "distill.data=target")
+    write_answer_parts(c, "0-2")
+    lines, sidecar = part_files(committed_answers_dir(c), 1)
+    whole = lines.read_bytes()
+    fresh, _ = fresh_copy_of_the_target(setup, tmp_path, c)
+    for damaged in (whole[:-7], whole.replace(b'"stopped": true', b'"stopped": false', 1), b""):
+        if damaged == whole:
+            continue
+        lines.write_bytes(damaged)
+        with pytest.raises(UserError, match=r"part-0001.jsonl: the answer part does not match the hash.*"
+                                             r"make answer-parts ARGS=\"distill.answer_parts=1\""):
+            ensure_target_answers(fresh, load_task(fresh.task)["train"])
+        assert lines.read_bytes() == damaged  # nothing committed is overwritten
+    lines.write_bytes(whole)
+    sidecar.write_text(sidecar.read_text()[:20])
+    with pytest.raises(UserError, match="part-0001.json: not a part's sidecar"):
+        ensure_target_answers(fresh, load_task(fresh.task)["train"])
+
+
+def test_an_interrupted_part_is_generated_again_from_the_run_answers(setup, small_parts):
+    """A part's sidecar is written last: a part file without one was being written when the session stopped."""
+    from adaspec.data.answer_parts import part_files
+    from adaspec.data.target_answers import committed_answers_dir, write_answer_parts
+
+    c = setup("stage=ref", "distill.data=target")
+    write_answer_parts(c, "0")
+    lines, sidecar = part_files(committed_answers_dir(c), 0)
+    whole = lines.read_bytes()
+    sidecar.unlink()
+    lines.write_bytes(whole[: len(whole) // 2])
+    assert write_answer_parts(c, "0") == [lines]
+    assert lines.read_bytes() == whole and sidecar.is_file()

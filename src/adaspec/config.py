@@ -379,6 +379,9 @@ class DistillConfig:
     # data=target: answers not finished within this many tokens are dropped
     answer_max_new_tokens: int = counted(256, when=_reads_answers)
     answer_batch_size: int = counted(16, when=never)  # data=target: prompts per generation batch (no effect)
+    # the answers command only: instead of the run's training prompts, write these parts of the answers to the
+    # task's whole training file into the repository (all, P or A-B; adaspec.data.answer_parts)
+    answer_parts: str | None = counted(None, when=never)
     # data=mixed: the share of steps trained on student samples (GKD's lambda)
     on_policy_fraction: float = counted(0.5, when=_mixed_keys_count)
     # data=mixed: the answers of the other steps (dataset|target)

@@ -2,6 +2,8 @@
 
 What `distill.data=target` trains stages 2-3 on (adaspec.data.target_answers). Resumable: a rerun
 continues with the prompts not answered yet. `make cache ... distill.data=target` runs this first itself.
+With `distill.answer_parts=all|P|A-B` (`make answer-parts`) it writes parts of the answers to the task's whole
+training file into the repository instead (adaspec.data.answer_parts), one finished part at a time.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ no_tokenizer_parallelism()
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: a bad config is answered in a second
     from adaspec.artefact_rules import require_artefact
-    from adaspec.data.target_answers import ensure_target_answers
+    from adaspec.data.target_answers import ensure_target_answers, write_answer_parts
     from adaspec.data.tasks import load_task
 
     require_artefact(paths.target_dir(cfg), "target", "answers", cfg)
+    if cfg.distill.answer_parts is not None:
+        written = write_answer_parts(cfg, str(cfg.distill.answer_parts))
+        print(f"[adaspec] answer parts: {len(written)} written")
+        return
     folder = ensure_target_answers(cfg, load_task(cfg.task)["train"])
     print(f"[adaspec] answers: {folder} is complete")
 

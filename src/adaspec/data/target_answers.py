@@ -14,11 +14,11 @@ and never pairs an answer with another prompt. Answers that did not reach the st
 `distill.answer_max_new_tokens` are kept in the file but not trained on (their end would teach the draft to
 stop where the target does not).
 
-Answers committed with the repository (`experiments/results/<model>-target-answers/<task>/<format>-max<N>/`)
-are copied in first when they name the same target: `target_content` in their answers.json is a hash of the
-target's tensor values and of its tokenizer (vocabulary and chat template), not of its files' bytes, which
-differ between transformers versions for the same weights. Every copied line is still checked against its
-prompt's hash, and what does not match is generated.
+Answers committed with the repository (`experiments/results/<model>-target-answers/<task>/<format>-max<N>/parts/`,
+adaspec.data.answer_parts; `make answer-parts` writes them) are adopted first when they name the same target:
+`target_content` in each part's sidecar is a hash of the target's tensor values and of its tokenizer (vocabulary
+and chat template), not of its files' bytes, which differ between transformers versions for the same weights.
+Every adopted line is still checked against its prompt's hash, and what does not match is generated.
 """
 
 from __future__ import annotations
@@ -35,9 +35,18 @@ from tqdm import tqdm
 
 from adaspec import paths
 from adaspec.artefacts import read_meta
+from adaspec.data.answer_parts import (
+    parse_parts,
+    part_files,
+    part_indices,
+    part_of,
+    part_targets,
+    read_part,
+    write_part,
+)
 from adaspec.data.encoding import left_padded, prompt_ids, stop_token_id
 from adaspec.data.example import Example
-from adaspec.data.tasks import held_out_training
+from adaspec.data.tasks import LOADERS, held_out_training
 from adaspec.errors import UserError
 
 ANSWERS = "answers.jsonl"
@@ -79,8 +88,9 @@ def check_answers_target(cfg: DictConfig, folder: Path, *, record: bool = False)
 
 
 def committed_answers_dir(cfg: DictConfig) -> Path:
+    """Where the target's answers are committed, in parts (adaspec.data.answer_parts)."""
     return (COMMITTED / f"{cfg.model.name}-target-answers" / cfg.task.name
-            / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}")
+            / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}" / "parts")
 
 
 def target_content_hash(final: Path) -> str:
@@ -103,56 +113,70 @@ def target_content_hash(final: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def adopt_committed_answers(cfg: DictConfig, folder: Path) -> int:
-    """Copy the committed answers into an empty answers folder when they name this target; how many lines."""
+def append_answers(path: Path, records: list[dict]) -> None:
+    """Append `records` to an answers file; a line cut by a crash stays on its own (and is ignored)."""
+    cut = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    with open(path, "a") as out:
+        out.write("\n" * bool(cut) + "".join(json.dumps(r) + "\n" for r in records))
+
+
+def missing(examples: list[Example], saved: dict[int, dict], indices=None) -> list[int]:
+    """The indices (of `indices`, default all) whose saved answer is not to their example's prompt."""
+    indices = range(len(examples)) if indices is None else indices
+    return [i for i in indices if saved.get(i, {}).get("prompt") != prompt_key(examples[i].prompt)]
+
+
+def adopt_committed_answers(cfg: DictConfig, folder: Path, examples: list[Example]) -> int:
+    """Append the committed answers of this target that the answers folder lacks; how many."""
     source = committed_answers_dir(cfg)
-    if (folder / ANSWERS).is_file() or not (source / ANSWERS).is_file() or not (source / META).is_file():
+    needed = missing(examples, read_answers(folder))
+    if not needed or not part_targets(source):
         return 0
-    theirs = json.loads((source / META).read_text()).get("target_content")
     ours = target_content_hash(paths.final(paths.target_dir(cfg)))
-    if theirs != ours:
+    if ours not in part_targets(source):
         print(f"[adaspec] target answers: the committed ones in {source} belong to another target "
-              f"(content {theirs}, this one {ours}): generating them")
+              f"(content {', '.join(sorted(part_targets(source)))}, this one {ours}): generating them")
         return 0
-    lines = (source / ANSWERS).read_text()
-    (folder / ANSWERS).write_text(lines)
-    n = len(lines.splitlines())
-    print(f"[adaspec] target answers: {n} committed answers of this target (content {ours}) copied from {source}")
-    return n
+    adopted = []
+    for part in sorted({part_of(i) for i in needed}):
+        for record in read_part(source, part, ours) or []:
+            i = record["index"]
+            if i < len(examples) and record["prompt"] == prompt_key(examples[i].prompt):
+                adopted.append(record)
+    adopted = [r for r in adopted if r["index"] in set(needed)]
+    append_answers(folder / ANSWERS, adopted)
+    if adopted:
+        print(f"[adaspec] target answers: {len(adopted)} committed answers of this target (content {ours}) "
+              f"adopted from {source}")
+    return len(adopted)
 
 
 @torch.inference_mode()
-def generate_answers(model, tokenizer, examples: list[Example], cfg: DictConfig, folder: Path) -> dict:
-    """Answer every example whose answer is not saved yet; returns timing for the log."""
+def generate_answers(model, tokenizer, examples: list[Example], cfg: DictConfig, folder: Path, indices=None) -> dict:
+    """Answer every example (of `indices`, default all) whose answer is not saved yet; returns timing for the log."""
     fmt = cfg.task.prompt_format
-    prompts = [prompt_ids(tokenizer, e.prompt, fmt) for e in examples]
-    saved = read_answers(folder)
-    todo = [i for i, e in enumerate(examples) if saved.get(i, {}).get("prompt") != prompt_key(e.prompt)]
+    todo = missing(examples, read_answers(folder), indices)
+    prompts = {i: prompt_ids(tokenizer, examples[i].prompt, fmt) for i in todo}
     todo.sort(key=lambda i: len(prompts[i]))  # similar lengths share a batch: less padding
     stop, pad = stop_token_id(tokenizer, fmt), tokenizer.pad_token_id
     size, new_tokens, started = cfg.distill.answer_batch_size, 0, time.perf_counter()
     device = next(model.parameters()).device
-    path = folder / ANSWERS
-    if path.is_file() and not path.read_bytes().endswith(b"\n"):  # a line cut by a crash stays on its own
-        with open(path, "a") as out:
-            out.write("\n")
-    with open(path, "a") as out:
-        for start in tqdm(range(0, len(todo), size), desc="target answers", unit="batch"):
-            chunk = todo[start : start + size]
-            ids, mask = left_padded([prompts[i] for i in chunk], pad, device)
-            width = ids.shape[1]
-            generated = model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=cfg.distill.answer_max_new_tokens,
-                do_sample=False, eos_token_id=stop, pad_token_id=pad,
-            )[:, width:].tolist()
-            for i, row in zip(chunk, generated, strict=True):
-                stopped = stop in row
-                answer = row[: row.index(stop)] if stopped else [t for t in row if t != pad]
-                new_tokens += len(answer)
-                record = {"index": i, "prompt": prompt_key(examples[i].prompt), "stopped": stopped,
-                          "answer": tokenizer.decode(answer, skip_special_tokens=True)}
-                out.write(json.dumps(record) + "\n")
-            out.flush()
+    for start in tqdm(range(0, len(todo), size), desc="target answers", unit="batch"):
+        chunk = todo[start : start + size]
+        ids, mask = left_padded([prompts[i] for i in chunk], pad, device)
+        width = ids.shape[1]
+        generated = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=cfg.distill.answer_max_new_tokens,
+            do_sample=False, eos_token_id=stop, pad_token_id=pad,
+        )[:, width:].tolist()
+        records = []
+        for i, row in zip(chunk, generated, strict=True):
+            stopped = stop in row
+            answer = row[: row.index(stop)] if stopped else [t for t in row if t != pad]
+            new_tokens += len(answer)
+            records.append({"index": i, "prompt": prompt_key(examples[i].prompt), "stopped": stopped,
+                            "answer": tokenizer.decode(answer, skip_special_tokens=True)})
+        append_answers(folder / ANSWERS, records)
     return {"generated": len(todo), "new_tokens": new_tokens, "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -162,30 +186,69 @@ def answered_examples(cfg: DictConfig, train: list[Example]) -> list[Example]:
     return train + held_out_training(cfg.task, cfg.task.n_val)
 
 
-def ensure_target_answers(cfg: DictConfig, train: list[Example], model=None, tokenizer=None) -> Path:
-    """The target's answers to the training split `train` and the held-out validation prompts, generated
-    where missing. `model` and `tokenizer`: the loaded target, when the caller has it already (the teacher
-    cache does)."""
+def load_target(cfg: DictConfig, model=None, tokenizer=None):
+    """The target and its tokenizer (`model` and `tokenizer` when the caller has them already)."""
     # imported here: only generation needs the model loader
     from transformers import AutoTokenizer
 
     from adaspec.models.build import freeze, load_model
     from adaspec.toolkit import device_for
 
-    folder = paths.target_answers_dir(cfg)
-    check_answers_target(cfg, folder, record=True)
-    adopt_committed_answers(cfg, folder)
-    examples = answered_examples(cfg, train)
-    saved = read_answers(folder)
-    if all(saved.get(i, {}).get("prompt") == prompt_key(e.prompt) for i, e in enumerate(examples)):
-        return folder
     final = paths.final(paths.target_dir(cfg))
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(final))
-    model = model or freeze(load_model(final, cfg.model.attn_implementation)).to(device_for(cfg))
+    return model or freeze(load_model(final, cfg.model.attn_implementation)).to(device_for(cfg)), tokenizer
+
+
+def ensure_target_answers(cfg: DictConfig, train: list[Example], model=None, tokenizer=None) -> Path:
+    """The target's answers to the training split `train` and the held-out validation prompts, generated
+    where missing. `model` and `tokenizer`: the loaded target, when the caller has it already (the teacher
+    cache does)."""
+    folder = paths.target_answers_dir(cfg)
+    check_answers_target(cfg, folder, record=True)
+    examples = answered_examples(cfg, train)
+    adopt_committed_answers(cfg, folder, examples)
+    if not missing(examples, read_answers(folder)):
+        return folder
+    model, tokenizer = load_target(cfg, model, tokenizer)
     timing = generate_answers(model, tokenizer, examples, cfg, folder)
     print(f"[adaspec] target answers: {timing['generated']} prompts, {timing['new_tokens']} tokens in "
           f"{timing['seconds']} s -> {folder / ANSWERS}")
     return folder
+
+
+def write_answer_parts(cfg: DictConfig, spec: str) -> list[Path]:
+    """The committed parts `spec` (distill.answer_parts) of the target's answers to the task's whole training
+    file: each generated into the run's answers folder (resumable line by line), then written as a part with its
+    hash. Finished parts of this target are kept; a part is never overwritten."""
+    folder, source = paths.target_answers_dir(cfg), committed_answers_dir(cfg)
+    check_answers_target(cfg, folder, record=True)
+    examples = LOADERS[cfg.task.name](cfg.task)["train"]
+    ours = target_content_hash(paths.final(paths.target_dir(cfg)))
+    model = tokenizer = None
+    written = []
+    for part in parse_parts(spec, len(examples)):
+        if read_part(source, part, ours) is not None:
+            print(f"[adaspec] answer part {part}: finished in {source}")
+            continue
+        if part_files(source, part)[1].is_file():
+            raise UserError(f"{part_files(source, part)[1]}: answer part {part} of another target is committed there; "
+                            f"it is not overwritten (delete it to replace it with this target's)")
+        model, tokenizer = load_target(cfg, model, tokenizer)
+        indices = part_indices(part, len(examples))
+        timing = generate_answers(model, tokenizer, examples, cfg, folder, indices)
+        print(f"[adaspec] answer part {part}: {timing['generated']} prompts, {timing['new_tokens']} tokens generated")
+        saved = read_answers(folder)
+        records = [saved[i] for i in indices]
+        written.append(write_part(source, part, records, {
+            "target_content": ours,
+            "answer_tokens": sum(len(tokenizer(r["answer"], add_special_tokens=False)["input_ids"]) for r in records),
+            "stopped": sum(r["stopped"] for r in records),
+            "generation": {"greedy": True, "batch_size": cfg.distill.answer_batch_size,
+                           "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                           "max_new_tokens": cfg.distill.answer_max_new_tokens},
+        }))
+        print(f"[adaspec] answer part {part}: {written[-1]}")
+    return written
 
 
 def with_target_answers(cfg: DictConfig, splits: dict[str, list[Example]]) -> dict[str, list[Example]]:
