@@ -18,7 +18,7 @@ from adaspec.errors import UserError
 from adaspec.pipeline import run_stage
 from adaspec.stages import STAGE_MODULES
 from tests.conftest import REPO, TINY
-from tests.test_resume import kill_when_paused, start_training
+from tests.test_resume import checkpoint_step, kill_when_paused, start_training
 from tests.wandb_log import history
 
 
@@ -157,8 +157,11 @@ def test_killed_stage_resumes_to_the_same_step_count(tiny_cfg, tmp_path):
 
     with pytest.raises(UserError, match="resume=true"):
         run_stage(cfg)
+    from_step = checkpoint_step(paths.target_dir(cfg))
     final = run_stage(tiny_cfg("stage=target", *overrides, "resume=true"))
-    assert json.loads((final / "metrics.json").read_text())["steps"] == 60
+    metrics = json.loads((final / "metrics.json").read_text())
+    assert metrics["steps"] == 60 and from_step == 5  # the first checkpoint (every 5 steps)
+    assert metrics["resumed_from_step"] == from_step and metrics["steps_this_run"] == 60 - from_step
 
 
 def test_wandb_logger_runs_offline_beside_the_csv_log(tiny_cfg):

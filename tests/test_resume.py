@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,28 +61,61 @@ sys.argv[0] = "adaspec.commands.train"
 runpy.run_module("adaspec.commands.train", run_name="__main__")
 """
 
+# The negative control of the resume tests: the training command with resume broken as a bug would break it,
+# here and not in the package: the last checkpoint is never found, so `resume=true` silently trains from step 0.
+RESUME_BROKEN = """
+import runpy, sys
+from adaspec import paths
 
-def start_training(*overrides: str, pause_marker: Path | None = None) -> subprocess.Popen:
+paths.last_checkpoint = lambda folder: folder / "checkpoints" / "never-written.ckpt"
+sys.argv[0] = "adaspec.commands.train"
+runpy.run_module("adaspec.commands.train", run_name="__main__")
+"""
+
+
+def start_training(*overrides: str, pause_marker: Path | None = None, resume_broken: bool = False) -> subprocess.Popen:
     """`python -m adaspec.commands.train <overrides>` in a process of its own; with `pause_marker`, paused after
-    its first checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT)."""
+    its first checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT); with `resume_broken`, see RESUME_BROKEN."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     entry = ["-m", "adaspec.commands.train"]
     if pause_marker is not None:
         env["PAUSED_MARKER"] = str(pause_marker)
         entry = ["-c", PAUSE_AFTER_FIRST_CHECKPOINT]
+    if resume_broken:
+        entry = ["-c", RESUME_BROKEN]
     command = [sys.executable, *entry, *overrides]
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # stdout to a file: a pipe left unread could fill and block the run while the test waits for its marker
+    out = tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+    process.stdout_file = out
+    return process
 
 
-def train(root: Path, *extra: str, pause_marker: Path | None = None) -> subprocess.Popen:
+def train(root: Path, *extra: str, pause_marker: Path | None = None, resume_broken: bool = False) -> subprocess.Popen:
     """This file's run (RUN) with its outputs under `root`."""
-    return start_training(*RUN, f"paths.root={root}", *extra, pause_marker=pause_marker)
+    return start_training(*RUN, f"paths.root={root}", *extra, pause_marker=pause_marker, resume_broken=resume_broken)
 
 
 def finish(process: subprocess.Popen) -> str:
+    """Wait for the run; what it printed, stdout then stderr."""
     _, err = process.communicate(timeout=600)
+    process.stdout_file.seek(0)
+    out = process.stdout_file.read()
     assert process.returncode == 0, err[-3000:]
-    return err
+    return out + err
+
+
+def checkpoint_step(stage_folder: Path) -> int:
+    """The optimiser step the last checkpoint was saved at."""
+    return int(torch.load(stage_folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"])
+
+
+def assert_resumed(stage_folder: Path, log: str, from_step: int, total: int) -> None:
+    """The run that wrote `log` continued from the checkpoint's step `from_step` and trained only the rest."""
+    metrics = json.loads((stage_folder / "final" / "metrics.json").read_text())
+    assert from_step > 0 and f"resumed at step {from_step}: {total - from_step} steps to go" in log
+    assert metrics["resumed_from_step"] == from_step
+    assert metrics["steps_this_run"] == total - from_step and metrics["steps"] == total
 
 
 def kill_when_paused(process: subprocess.Popen, marker: Path) -> None:
@@ -122,8 +156,10 @@ def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(t
     kill_when_paused(process, tmp_path / "paused")
     assert process.returncode == -signal.SIGKILL
     assert not (killed / stage / "final").exists()
+    from_step = checkpoint_step(killed / stage)
     log = finish(train(killed, "resume=true"))
     assert "dataloader is not resumable" not in log  # Lightning's warning: ours is (ResumableShuffle)
+    assert_resumed(killed / stage, log, from_step, 26)
 
     a = load_file(whole / stage / "final" / "model.safetensors")
     b = load_file(killed / stage / "final" / "model.safetensors")
@@ -132,6 +168,25 @@ def test_a_stage_killed_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(t
     assert metrics_rows(killed / stage) == rows  # one continuous log, every step once
     assert [int(r["step"]) for r in rows if r.get("train/loss")] == list(range(26))
     assert (killed / stage / "checkpoints" / "last.ckpt").is_file()  # written at the end of training too
+
+
+@pytest.mark.chaos("exact-resume")
+def test_a_resume_that_silently_restarts_from_step_0_is_caught(tmp_path):
+    """The negative control of every resume test: with resume broken (RESUME_BROKEN) the weights and the log
+    still equal the uninterrupted run's (it is deterministic), and only `assert_resumed` tells."""
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    finish(train(whole))
+    stage = Path("arith/tiny/seed0/target")
+    process = train(killed, pause_marker=tmp_path / "paused")
+    kill_when_paused(process, tmp_path / "paused")
+    from_step = checkpoint_step(killed / stage)
+    log = finish(train(killed, "resume=true", resume_broken=True))
+    a = load_file(whole / stage / "final" / "model.safetensors")
+    b = load_file(killed / stage / "final" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a) and metrics_rows(killed / stage) == metrics_rows(whole / stage)
+    with pytest.raises(AssertionError):
+        assert_resumed(killed / stage, log, from_step, 26)
+    assert json.loads((killed / stage / "final" / "metrics.json").read_text())["steps_this_run"] == 26
 
 
 @pytest.mark.chaos("resume-config")

@@ -17,7 +17,15 @@ from adaspec.distill.cache_build import build_cache
 from adaspec.pipeline import run_stage
 from adaspec.toolkit import compose_config
 from tests.conftest import TINY
-from tests.test_resume import RUN, finish, kill_when_paused, metrics_rows, train
+from tests.test_resume import (
+    RUN,
+    assert_resumed,
+    checkpoint_step,
+    finish,
+    kill_when_paused,
+    metrics_rows,
+    train,
+)
 
 UPSTREAM = [override for override in RUN if not override.startswith("stage=")]
 
@@ -55,7 +63,8 @@ def test_a_distillation_stage_killed_mid_epoch_resumes_to_the_uninterrupted_run(
     finish(uninterrupted)
     assert interrupted.returncode == -signal.SIGKILL
     assert not (killed / stage / "final").exists()
-    finish(train(killed, *case, "resume=true"))
+    from_step = checkpoint_step(killed / stage)
+    assert_resumed(killed / stage, finish(train(killed, *case, "resume=true")), from_step, 26)
 
     a = load_file(whole / stage / "final" / "model.safetensors")
     b = load_file(killed / stage / "final" / "model.safetensors")

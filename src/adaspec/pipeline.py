@@ -21,6 +21,7 @@ from adaspec import paths
 from adaspec.artefact_rules import check_not_done, check_upstream, record_run_start
 from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.callbacks.best_validation import KeepBestValidation
+from adaspec.callbacks.steps_this_run import StepsThisRun
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.stdlib_corpus import corpus_blocks, corpus_splits
 from adaspec.data.target_answers import training_splits
@@ -117,12 +118,13 @@ def run_stage(cfg: DictConfig) -> Path:
         remove_stale_temporaries(paths.final(folder))
         if not resuming:
             start_fresh(cfg, folder)
+    steps_this_run = StepsThisRun(steps)
     trainer = build_trainer(
         cfg,
         folder,
         len(data.train_set),
         run_name,
-        module.callbacks(cfg, data),
+        [steps_this_run, *module.callbacks(cfg, data)],
         module,
         resume_step=checkpoint_log_step(last) if resuming else None,
     )
@@ -162,6 +164,8 @@ def run_stage(cfg: DictConfig) -> Path:
         **final_train,
         **{name: float(v) for name, v in validation.items()},
         "steps": trainer.global_step,
+        "resumed_from_step": steps_this_run.first_step,
+        "steps_this_run": steps_this_run.steps,
         "train_seconds": round(train_seconds, 2),
         "peak_memory_mb": round(peak_memory_mb(), 1),
         "parameters": n_trainable(module.student),
