@@ -221,7 +221,7 @@ def test_entry_point_prints_one_line_and_exits_2(tmp_path):
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [

@@ -23,7 +23,7 @@ def run_entry(module: str, *overrides: str, env: dict[str, str] | None = None) -
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         env={**os.environ, **(env or {})},
     )
 

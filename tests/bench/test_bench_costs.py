@@ -56,11 +56,14 @@ def test_the_cost_curve_has_every_configuration_and_point(target_folder, tmp_pat
 
 
 def test_a_run_beside_a_busy_process_is_refused_as_a_result(target_folder, tmp_path, monkeypatch):
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    busy = subprocess.Popen([sys.executable, "-c", "print('spinning', flush=True)\nwhile True: pass"],
+                            stdout=subprocess.PIPE, text=True)
     try:
+        assert busy.stdout.readline().strip() == "spinning"  # the loop has begun before the run's watch starts
         payload, code = run(target_folder, tmp_path, monkeypatch)
     finally:
         busy.kill()
+        busy.wait()
     assert code == bench_costs.EXIT_CONTENDED
     assert payload["contention"]["contended"] and "other processes used" in payload["contention"]["why"]
     assert not (tmp_path / "results" / "costs-tiny.json").exists()

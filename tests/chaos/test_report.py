@@ -65,7 +65,7 @@ def run_plugin(tmp_path, source: str) -> tuple[subprocess.CompletedProcess, dict
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     written = tmp_path / "chaos" / "report.json"
     return proc, json.loads(written.read_text()) if written.exists() else None

@@ -4,6 +4,8 @@ the replay walks the real loop's blocks, and a few hundred steps of KL training 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -211,7 +213,8 @@ def test_a_saved_head_loads_with_its_map_and_computes_the_same(trained, target, 
 
 def test_the_cost_of_one_proposal_is_measured(trained):
     draft, _ = trained
-    assert 0 < draft.step_seconds(prompt(1, 20), V, repeats=3) < 1
+    seconds = draft.step_seconds(prompt(1, 20), V, repeats=3)
+    assert isinstance(seconds, float) and math.isfinite(seconds) and seconds > 0  # a duration, whatever its size
 
 
 def test_a_compiled_target_hands_the_head_its_features_from_a_graph_of_their_own(trained, target):

@@ -17,7 +17,7 @@ def run(script: str, *args: str, cwd: Path = ROOT, **env: str) -> subprocess.Com
     environment = os.environ | {"DRY_RUN": "1", "PYTHON": sys.executable,
                                 "PYTHONPATH": str(ROOT / "src")} | env
     return subprocess.run(["bash", str(SCRIPTS / script), *args], cwd=cwd, env=environment, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=600)
 
 
 def test_capacity_drafts_takes_the_forward_kl_steps_of_the_plan_and_resumes_each_training():

@@ -13,7 +13,7 @@ SCRIPT = ROOT / "experiments" / "smollm2" / "head_answers.sh"
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], env=os.environ | {"DRY_RUN": "1"} | env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_trains_demo_reals_steps_up_to_the_reference_head_on_n_problems_in_their_own_folder():
