@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from adaspec import paths
 from adaspec.config_rules import validate
@@ -54,7 +55,8 @@ def test_the_stages_train_a_head_that_reads_the_target(eagle3):
     run_stage(cfg)
     rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
     assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
-    assert any(float(r["train/delta_mean"]) != 0 for r in rows)  # dL against the reference head
+    # dL against the reference head (its value token by token: test_the_training_time_test_sums_each_pass_...)
+    assert any(float(r["train/delta_mean"]) != 0 for r in rows)
 
 
 def test_the_evaluation_decodes_the_head_exactly(eagle3):
@@ -136,6 +138,19 @@ def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tin
         cfg = tiny_cfg("stage=ref", "model.draft_kind=eagle3", f"distill.ttt_passes={n}")
         module = ReferenceDistill(draft, cfg.stage, cfg.distill, target)
         torch.testing.assert_close(module.student_divergence(batch)[0], expected, atol=1e-5, rtol=1e-4)
+    # stage 3's dL for a head: that divergence for the head minus the same for its reference head, token by token
+    from adaspec.stages.draft import SelectiveDistill
+
+    torch.manual_seed(1)
+    reference = Eagle3Draft(Eagle3Head.from_target(target, 64), target=target)
+    ref_passes = reference.unrolled_logits(ids, 3)
+    weighted = lambda ps: kl(ps[0]) + 0.8 * kl(ps[1]) + 0.64 * kl(ps[2])  # noqa: E731
+    cfg = tiny_cfg("stage=draft", "k=0.4", "model.draft_kind=eagle3", "distill.ttt_passes=3")
+    module = SelectiveDistill(draft, cfg.stage, cfg.distill, target, reference, k=0.4)
+    loss, metrics, _ = module.step(batch)
+    delta = weighted(passes) - weighted(ref_passes)
+    assert delta.abs().min() > 0  # two different heads: no token's dL is 0 by construction
+    torch.testing.assert_close(metrics["delta_mean"], delta.mean(), atol=1e-5, rtol=1e-4)
     with pytest.raises(UserError, match="distill.ttt_passes"):
         validate(tiny_cfg("stage=ref", "distill.ttt_passes=3"))
 
@@ -148,4 +163,5 @@ def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):
     run_stage(cfg)
     rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
     assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
-    assert "ttt_passes: 3" in (paths.final(paths.draft_dir(cfg, 0.4)) / "config.yaml").read_text()
+    saved = OmegaConf.load(paths.final(paths.draft_dir(cfg, 0.4)) / "config.yaml")
+    assert saved.distill.ttt_passes == 3 and saved.model.draft_kind == "eagle3"  # the config it trained with

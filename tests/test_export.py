@@ -28,6 +28,7 @@ from adaspec.drafts import Eagle3Draft
 from adaspec.errors import UserError
 from adaspec.export.__main__ import main as export_main
 from adaspec.export.speculators_format import speculators_config, speculators_tensors
+from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import DraftVocab
 from adaspec.models.eagle3 import Eagle3Head
 from adaspec.pipeline import run_stage
@@ -172,10 +173,13 @@ def test_a_full_vocabulary_draft_exports_as_transformers_assistant_model(tiny_tr
     assistant = AutoModelForCausalLM.from_pretrained(out).eval()
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
     prompt = torch.tensor([[1, 5, 9, 12, 7, 3]])
+    with torch.no_grad():  # the exported model is the draft: the same logits as the artefact loaded by the project
+        torch.testing.assert_close(assistant(prompt).logits, load_model(folder).eval()(prompt).logits, rtol=0, atol=0)
+        assert not torch.equal(assistant(prompt).logits, target(prompt).logits)  # the draft, not the target
     plain = target.generate(prompt, max_new_tokens=12, do_sample=False, min_new_tokens=12)
     assisted = target.generate(prompt, max_new_tokens=12, do_sample=False, min_new_tokens=12,
                                assistant_model=assistant)
-    assert torch.equal(assisted, plain)  # greedy assisted generation is the target's own output
+    assert torch.equal(assisted, plain)  # transformers takes it as an assistant (equal output for any assistant)
     assert json.loads((out / "adaspec_export.json").read_text())["format"] == "hf"
 
 
@@ -228,10 +232,11 @@ def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
         "from safetensors.torch import load_file; w = load_file(sys.argv[1] + '/model.safetensors');"
         "sd = m.state_dict();"
         "assert all(torch.equal(sd[k].to(w[k].dtype), w[k]) for k in w), 'weights differ';"
-        "print(m.config.draft_vocab_size, m.target_layer_ids)"
+        "import json; print(json.dumps([m.config.draft_vocab_size, [int(i) for i in m.target_layer_ids]]))"
     )
     result = subprocess.run([str(python), "-c", check, str(out)], capture_output=True, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     head = Eagle3Head.from_pretrained(paths.final(paths.ref_dir(cfg)))
-    assert result.stdout.split()[0] == "64" and str(head.config.target_layers[0]) in result.stdout
+    vocab, layers = json.loads(result.stdout.strip().splitlines()[-1])
+    assert vocab == 64 and layers == list(head.config.target_layers)

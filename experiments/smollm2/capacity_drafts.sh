@@ -9,10 +9,13 @@ set -euo pipefail
 python=${PYTHON:-.venv/bin/python}
 seed=${1:-0}; shift || true
 sizes=("$@"); [ ${#sizes[@]} -gt 0 ] || sizes=(h128 h256 h384)
+plan_sizes="h128 h256 h384"  # experiments/paper/smollm2_gsm8k_capacity*.yaml
 for size in "${sizes[@]}"; do
-  mapfile -t steps < <($python -m adaspec.commands.paper --tasks "smollm2_gsm8k_capacity_$size" \
-    --seeds "$seed" --dry-run | grep -E '^python -m adaspec\.commands\.(train|cache) paper=smollm2_gsm8k_capacity(_target)?( |$)')
-  [ ${#steps[@]} -gt 0 ] || { echo "capacity_drafts.sh: no size $size in the plan; sizes: h128 h256 h384" >&2; exit 2; }
+  [[ " $plan_sizes " == *" $size "* ]] || { echo "capacity_drafts.sh: no size $size in the plan; sizes: $plan_sizes" >&2; exit 2; }
+  # the planner's own failure stops the script with its message and status (set -e)
+  plan=$($python -m adaspec.commands.paper --tasks "smollm2_gsm8k_capacity_$size" --seeds "$seed" --dry-run)
+  mapfile -t steps < <(grep -E '^python -m adaspec\.commands\.(train|cache) paper=smollm2_gsm8k_capacity(_target)?( |$)' <<<"$plan")
+  [ ${#steps[@]} -gt 0 ] || { echo "capacity_drafts.sh: the plan of size $size has no training steps" >&2; exit 1; }
   for step in "${steps[@]}"; do
     case $step in *stage=draft*) [[ " ${KS:-0.4 1} " == *" ${step##* k=} "* ]] || continue ;; esac
     case $step in *commands.train*) step="$step resume=true" ;; esac

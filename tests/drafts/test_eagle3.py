@@ -153,15 +153,24 @@ def test_greedy_output_equals_the_targets(trained, target, gamma):
         assert out.target_calls < len(ref.tokens) or gamma == 1
 
 
-def test_a_head_over_a_reduced_vocabulary_decodes_exactly(target):
+def test_a_head_over_a_reduced_vocabulary_decodes_exactly(trained, target):
+    """The trained head cut to the even tokens: its proposals map back to the target's ids (odd tokens are
+    never proposed, so some blocks are rejected) and the output is the target's."""
     vocab = DraftVocab(torch.arange(0, V, 2), target_size=V, fallback_target_id=0)
-    draft = Eagle3Draft(Eagle3Head.from_target(target, vocab.size), vocab)
+    head = Eagle3Head.from_target(target, vocab.size)
+    state = trained[0].model.state_dict()
+    head.load_state_dict({**state, "lm_head.weight": state["lm_head.weight"][vocab.draft_to_target]})
+    draft = Eagle3Draft(head.eval(), vocab)
+    accepted = proposed = 0
     for seed in range(2):
         ids = prompt(seed)
         ref = target_generate(target, ids, max_new_tokens=16, eos_token_id=None)
         out = speculative_generate(target, draft, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
                                    eos_token_id=None)
         assert out.tokens == ref.tokens
+        accepted += sum(b.accepted for b in out.blocks)
+        proposed += sum(b.proposed for b in out.blocks)
+    assert 0 < accepted < proposed  # the map back to the target's ids was used by accepted and rejected tokens
     with pytest.raises(ValueError, match="DraftVocab"):
         Eagle3Draft(Eagle3Head.from_target(target, vocab.size))
 
@@ -176,12 +185,13 @@ def test_sampling_is_distributed_as_the_target():
     prompt_ids, temperature = torch.tensor([[3]]), 0.7
     exact = exact_two_token_distribution(target, prompt_ids, temperature)
     gen = torch.Generator().manual_seed(0)
-    samples = np.array([
-        (lambda t: t[0] * SAMPLING_V + t[1])(speculative_generate(
-            target, draft, prompt_ids, gamma_policy=FixedGamma(2), max_new_tokens=3, eos_token_id=None,
-            temperature=temperature, generator=gen).tokens)
-        for _ in range(1000)])
+    runs = [speculative_generate(target, draft, prompt_ids, gamma_policy=FixedGamma(2), max_new_tokens=3,
+                                 eos_token_id=None, temperature=temperature, generator=gen) for _ in range(1000)]
+    samples = np.array([run.tokens[0] * SAMPLING_V + run.tokens[1] for run in runs])
     assert chi2_pvalue(samples, exact) > P_THRESHOLD
+    first_blocks = [run.blocks[0] for run in runs]
+    accepted = sum(b.accepted for b in first_blocks)
+    assert 0 < accepted < sum(b.proposed for b in first_blocks)  # both the accept and the resample paths taken
 
 
 def test_the_replay_walks_the_real_loops_blocks(trained, target):

@@ -43,6 +43,16 @@ def test_capacity_drafts_names_the_sizes_when_given_one_the_plan_lacks():
     result = run("capacity_drafts.sh", "0", "h512")
     assert result.returncode == 2
     assert "no size h512 in the plan; sizes: h128 h256 h384" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_planner_that_fails_stops_capacity_drafts_with_its_own_status(tmp_path):
+    """Not taken for a size the plan lacks (the planner here is a program that exits 3)."""
+    failing = tmp_path / "python"
+    failing.write_text("#!/bin/sh\necho planner failed >&2\nexit 3\n")
+    failing.chmod(0o755)
+    result = run("capacity_drafts.sh", "0", "h256", PYTHON=str(failing))
+    assert result.returncode == 3 and "planner failed" in result.stderr and "no size" not in result.stderr
 
 
 def finished(folder: Path) -> None:
