@@ -60,6 +60,20 @@ def greedy_refs(target, prompts):
     ]
 
 
+def test_the_greedy_reference_is_transformers_own_greedy_generation(target, prompts):
+    """target_generate, every greedy test's reference, against a second method: transformers' `generate`, which
+    stops at the stop token as target_generate does (token 2 here, met by some of the prompts)."""
+    stop, stopped = 2, 0
+    for i, x in enumerate(prompts):
+        ours = target_generate(target, x, max_new_tokens=max_new(i) + 8, eos_token_id=stop).tokens
+        with torch.no_grad():
+            theirs = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new(i) + 8,
+                                     do_sample=False, eos_token_id=stop, pad_token_id=stop)[0, x.shape[1]:].tolist()
+        assert ours == theirs, i
+        stopped += ours[-1] == stop
+    assert 0 < stopped < len(prompts)  # both endings: the stop token and the length limit
+
+
 def check_bookkeeping(r, max_new_tokens: int) -> None:
     assert len(r.tokens) <= max_new_tokens
     assert r.target_calls == len(r.blocks) == len(r.gamma_trace)
