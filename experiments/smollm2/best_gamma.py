@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from adaspec.evaluation.cost import expected_speedups
+from adaspec.machine import mixed_cpus
 from adaspec.paper.stats import describe, interval, mean_and_spread
 from adaspec.toolkit import markdown_table, write_json_atomically, write_text_atomically
 
@@ -108,7 +109,15 @@ def main() -> None:
         source += f"; the target's from {args.cost_curve}, {args.serving}, {args.threads} threads"
         name += f"-{args.serving}"
     text += f"\n\nSeeds: {', '.join(seeds)}; {source}.\n"
-    write_json_atomically(args.folder / f"{name}.json", {"seeds": seeds, "costs_from": source, "drafts": table})
+    machines = {p.parent.name: json.loads(p.read_text()).get("machine") for p in sorted(args.folder.glob("seed*/main.json"))}
+    for path in (args.costs, args.cost_curve):
+        if path is not None:
+            machines[str(path)] = json.loads(path.read_text()).get("machine")
+    mixed = mixed_cpus(machines)  # the costs and the measured speed-ups come from these runs
+    if mixed:
+        text += f"\n**Mixed machines**: {mixed}; the expected speed-ups hold for none of them exactly.\n"
+    write_json_atomically(args.folder / f"{name}.json",
+                          {"seeds": seeds, "costs_from": source, "mixed_machines": mixed, "drafts": table})
     write_text_atomically(args.folder / f"{name}.md", text)
     print(text)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -224,12 +223,11 @@ def main() -> None:
     child = subprocess.run([sys.executable, __file__, stage, str(steps), "--memory", "--", *extra],
                            env={**os.environ, **MEMORY_ENV}, capture_output=True, text=True, check=True)
     mem = json.loads(next(line for line in child.stdout.splitlines() if line.startswith("MEMORY "))[7:])
-    from adaspec.commands.bench_real import cpu_model  # the CPU's name and its AMX / AVX-512 BF16 flags
+    from adaspec.machine import describe_machine  # the CPU's name and its AMX / AVX-512 BF16 flags
 
     result = {
         "command": "python experiments/smollm2/profile_head_step.py " + " ".join(sys.argv[1:]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), **cpu_model()},
+        "machine": describe_machine(),
         # the memory run's own peak RSS is not kept: Linux carries a parent's peak into the child it forks
         "timing": timing, "memory_run": {k: mem[k] for k in ("peak_mb", "log")},
     }

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from adaspec.errors import UserError
 from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.run import results_dir, run_evaluation
+from adaspec.machine import cpu_model, cpu_name
 from adaspec.paper.plan import Step
 from adaspec.paper.runner import execute
 from tests.conftest import compose_config
@@ -45,8 +46,19 @@ def test_same_settings_skip_other_settings_refuse_and_overwrite_replaces(trained
     assert identity["eval"]["n_prompts"] == 2 and "name" not in identity["eval"]
 
     assert execute(eval_step, trained(*SMALL)) is False  # the same evaluation: skipped
-    assert "holds this evaluation (same settings and weights), skipping" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "holds this evaluation (same settings and weights), skipping" in out and "NOTE" not in out
     assert _files(folder) == first
+    machine = json.loads(first["results.json"])["machine"]
+    assert machine == {**machine, **cpu_model()} and f"Timed on {cpu_name(machine)}" in first["results.md"].decode()
+
+    # results timed on another CPU are still this evaluation's, and marked as another machine's timings
+    elsewhere = json.loads(first["results.json"])
+    elsewhere["machine"] = {**machine, "cpu": "Another CPU", "amx": not machine["amx"]}
+    (folder / "results.json").write_text(json.dumps(elsewhere))
+    assert execute(eval_step, trained(*SMALL)) is False
+    assert "NOTE: " + str(folder / "results.json") + " was timed on Another CPU" in capsys.readouterr().out
+    (folder / "results.json").write_bytes(first["results.json"])
 
     with pytest.raises(UserError) as refused:
         run_evaluation(trained(*SMALL, "eval.n_prompts=3", "decode.max_new_tokens=6"), progress=False)

@@ -26,8 +26,6 @@ Results go to `bench/results/<name>.json` (atomically) and a table is printed.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -39,6 +37,7 @@ import torch
 from adaspec import paths
 from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.machine import describe_machine
 from adaspec.toolkit import (
     checked_config,
     markdown_table,
@@ -230,8 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     payload: dict[str, Any] = {
         "name": args.name,
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads()},
+        "machine": describe_machine(),
         "command": "python -m adaspec.commands.bench " + " ".join(argv),
         "decoding": [],
         "training": [],

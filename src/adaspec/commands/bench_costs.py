@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ import torch
 
 from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.machine import describe_machine
 from adaspec.toolkit import checked_config, markdown_table, write_json_atomically
 
 RESULTS = Path("bench/results")
@@ -111,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     payload = {
         "name": args.name, "command": "python -m adaspec.commands.bench_costs " + " ".join(argv),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__},
+        "machine": describe_machine(),
         "target": str(target_folder), "draft": None if draft_folder is None else str(draft_folder),
         "context": args.context, "repeats": args.repeats,
         "read_bandwidth_gbs": bandwidth, "target_parameters": params,

@@ -46,8 +46,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
-import platform
 import random
 import statistics
 import sys
@@ -59,6 +57,7 @@ import torch
 from adaspec import paths
 from adaspec.decoding.tree_shape import TreeShape
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.machine import describe_machine
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
 RESULTS = Path("bench/results")
@@ -82,17 +81,6 @@ def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) ->
     ratios = sorted(tokens_per_s([results[i] for i in picks]) / tokens_per_s([baseline[i] for i in picks])
                     for picks in ([draw.randrange(n) for _ in range(n)] for _ in range(resamples)))
     return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
-
-
-def cpu_model() -> dict[str, Any]:
-    """The CPU's model name and whether it has AMX (this project's machines vary: Intel with AMX, AMD without)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {"cpu": platform.processor() or "unknown", "amx": None}
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "unknown")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
-    return {"cpu": name, "amx": "amx_tile" in flags, "avx512_bf16": "avx512_bf16" in flags}
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
@@ -301,8 +289,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "name": args.name,
         "command": "python -m adaspec.commands.bench_real " + " ".join(argv),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), **cpu_model()},
+        "machine": describe_machine(),
         # "draft": the first trained draft's folder (None without one); "draft_folders": every one by row name
         "target": str(target_folder), "draft": next((str(f) for f in draft_folders.values()), None),
         "draft_folders": {name: str(folder) for name, folder in draft_folders.items()},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from adaspec.machine import cpu_name
 from adaspec.toolkit import format_cell, markdown_table, write_json_atomically, write_text_atomically
 
 RESULTS_JSON = "results.json"
@@ -55,6 +56,8 @@ def results_markdown(results: dict[str, Any]) -> str:
     busy = results.get("contention")
     if busy and busy["contended"]:
         lines.append(f"**Timings contended**: {busy['why']}; tokens/s and speed-ups are not this machine's alone.")
+    if results.get("machine"):
+        lines.append(f"Timed on {cpu_name(results['machine'])}, {results['machine']['threads']} threads.")
     if busy and busy.get("kernel_ms"):
         lines.append(f"Machine speed: the reference kernel (adaspec.evaluation.contention) took "
                      f"{busy['kernel_ms']['before']:.1f} ms before the timed runs and {busy['kernel_ms']['after']:.1f} "

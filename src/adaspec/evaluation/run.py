@@ -69,6 +69,7 @@ from adaspec.evaluation.scoring import task_metric, task_score
 from adaspec.evaluation.summary import acceptance_summary, draft_summary, target_summary
 from adaspec.evaluation.tree_choice import choose_tree
 from adaspec.evaluation.wandb_tables import log_to_wandb
+from adaspec.machine import describe_machine, other_cpu
 from adaspec.models.build import load_model, n_params
 from adaspec.sandbox.isolation import isolation_summary
 from adaspec.toolkit import device_for
@@ -441,6 +442,9 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
             f"[adaspec] evaluate: {folder / RESULTS_JSON} holds this evaluation (same settings and weights), "
             f"skipping; pass overwrite=true to rerun it"
         )
+        elsewhere = other_cpu(previous.get("machine"))
+        if elsewhere:
+            print(f"[adaspec] evaluate: NOTE: {folder / RESULTS_JSON} was {elsewhere} (overwrite=true times it here)")
         return previous
     device = device_for(cfg)
     if cfg.eval.num_threads > 0:
@@ -502,6 +506,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     results["tree_choice"] = tree_choice  # decode.tree=auto: each draft's candidates and what won
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
+    results["machine"] = describe_machine()
     results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     results["versions"] = versions()
     results[IDENTITY] = identity
