@@ -31,6 +31,7 @@ UPSTREAM = [override for override in RUN if not override.startswith("stage=")]
 
 CASES = {
     "ref-teacher-cache": ["stage=ref", "distill.teacher=cache", "distill.cache_mode=topk", "distill.cache_topk=16"],
+    "ref-grouped-by-length": ["stage=ref", "stage.group_by_length=3"],
     "draft-global-selection": ["stage=draft", "k=0.4", "distill.selection=global", "distill.refresh_every_n_steps=1000"],
     "draft-mixed-on-policy": ["stage=draft", "k=0.4", "distill.data=mixed", "distill.on_policy_fraction=0.5"],
     "draft-k-schedule": ["stage=draft", "k=0.4", "distill.k_schedule=linear", "distill.k_schedule_frac=0.5"],

@@ -300,6 +300,9 @@ class StageConfig:
     # Stages 2 and 3: stop after this many validations in a row without a lower val/kl and keep the best
     # validated weights (the paper's "optimal epoch" setting; max_epochs is the cap); 0: off
     early_stop_patience: int = counted(0, when=unless_at(0, "early_stop_patience"))
+    # each run of this many batches of the shuffled order sorted by length, longest first, so that a batch pads
+    # less (HF Trainer's group_by_length; single-process runs); 0: off. The same loss, other batches
+    group_by_length: int = counted(0, when=unless_at(0, "group_by_length"))
 
 
 def _kd_stage_0(cfg: dict) -> bool:

@@ -118,7 +118,7 @@ def _validate_stage(stage: DictConfig) -> None:
         stage.decay_end_frac,
         "must be in (stage.warmup_frac, 1]",
     )
-    for key in ("val_every_n_steps", "monitor_every_n_steps", "early_stop_patience"):
+    for key in ("val_every_n_steps", "monitor_every_n_steps", "early_stop_patience", "group_by_length"):
         _check(stage[key] >= 0, f"stage.{key}", stage[key], "must be >= 0 (0: off)")
     _check(
         stage.monitor_prompts >= 0,

@@ -81,6 +81,7 @@ def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, di
         n_val=cfg.pretrain.n_val if on_corpus else cfg.task.n_val,
         seed=stage_seed(cfg),
         prompt_format="plain" if on_corpus else cfg.task.prompt_format,
+        group_by_length=cfg.stage.group_by_length,
     )
     return data, upstream, corpus
 

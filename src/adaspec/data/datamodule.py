@@ -11,7 +11,8 @@ from transformers import PreTrainedTokenizerBase
 
 from adaspec.data.encoding import Encoded, collate, encode_example
 from adaspec.data.example import Example
-from adaspec.data.resumable_shuffle import ResumableShuffle
+from adaspec.data.resumable_shuffle import LengthGroupedShuffle, ResumableShuffle
+from adaspec.errors import UserError
 
 
 def encode_all(
@@ -39,11 +40,14 @@ class TaskDataModule(pl.LightningDataModule):
         n_val: int,
         seed: int,
         prompt_format: str = "plain",
+        group_by_length: int = 0,
     ) -> None:
-        """`prompt_format`: task.prompt_format (chat wraps prompts in the tokenizer's chat template)."""
+        """`prompt_format`: task.prompt_format (chat wraps prompts in the tokenizer's chat template);
+        `group_by_length`: stage.group_by_length (0: off)."""
         super().__init__()
         self.batch_size = batch_size
         self.seed = seed
+        self.group_by_length = group_by_length
         self.tokenizer = tokenizer  # for callbacks that print tokens
         self.pad_id = tokenizer.pad_token_id
         self.train_set = encode_all(tokenizer, splits["train"], max_length, prompt_format=str(prompt_format))
@@ -68,8 +72,15 @@ class TaskDataModule(pl.LightningDataModule):
         gets Lightning's distributed sampler instead, which restarts the epoch)."""
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
+            if self.group_by_length:
+                raise UserError("stage.group_by_length works in single-process runs only; set stage.group_by_length=0 "
+                                "for a data-parallel run")
             return self._loader(self.train_set, shuffle_seed=self.seed)
-        sampler = ResumableShuffle(len(self.train_set), self.seed)
+        if self.group_by_length:
+            sampler = LengthGroupedShuffle([len(e.input_ids) for e in self.train_set], self.seed, self.batch_size,
+                                           self.group_by_length)
+        else:
+            sampler = ResumableShuffle(len(self.train_set), self.seed)
         if trainer is not None and trainer.global_step > 0:
             sampler.skip_batches(trainer.global_step * trainer.accumulate_grad_batches, self.batch_size)
         return DataLoader(

@@ -46,3 +46,20 @@ class ResumableShuffle(Sampler[int]):
     def __len__(self) -> int:
         # a whole epoch, also while resuming: Lightning sizes every epoch by the length it reads at the start
         return self.n
+
+
+class LengthGroupedShuffle(ResumableShuffle):
+    """ResumableShuffle's order with each run of `group` batches sorted by length, longest first (HF Trainer's
+    `group_by_length`): a batch's sequences are of similar lengths, so it pads less. The batches stay what the
+    shuffled order puts in each run of `group`, and any epoch's order is still computed without state, so a
+    resumed run continues it as it does the plain shuffle."""
+
+    def __init__(self, lengths: list[int], seed: int, batch_size: int, group: int) -> None:
+        super().__init__(len(lengths), seed)
+        self.lengths, self.span = lengths, batch_size * group
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        order = super().epoch_order(epoch)
+        return [i for start in range(0, self.n, self.span)
+                for i in sorted(order[start : start + self.span], key=lambda i: -self.lengths[i])]
+
