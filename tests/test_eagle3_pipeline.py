@@ -71,8 +71,7 @@ def test_the_evaluation_decodes_the_head_exactly(eagle3):
 
 
 @pytest.mark.parametrize("override, key", [("pretrain=stdlib", "pretrain"),
-                                           ("distill.data=draft", "distill.data"),
-                                           ("distill.cache_ref_kl=true", "distill.cache_ref_kl")])
+                                           ("distill.data=draft", "distill.data")])
 def test_what_a_head_cannot_train_with_is_one_line(tiny_cfg, override, key):
     with pytest.raises(UserError, match=key):
         validate(tiny_cfg("stage=draft", "model.draft_kind=eagle3", override))
@@ -107,6 +106,40 @@ def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_o
     assert (cached[~real] == 0).all()
     kl = [float(r["train/loss"]) for r in metrics(paths.ref_dir(cfg)) if r["train/loss"]]
     assert sum(kl[-5:]) < sum(kl[:5])
+
+
+def test_stage_3_reads_the_reference_heads_divergence_from_a_cache_built_once(tiny_cfg):
+    """distill.cache_ref_kl=true with heads: the reference head's divergence, summed over its training-time-test
+    passes on the target's cached features, is computed once and read back row for row; it equals what stage 3
+    computes live from the reference head (float16 features: to 2e-3)."""
+    import numpy as np
+
+    from adaspec.stages.draft import SelectiveDistill
+    from tests.test_teacher_cache import shuffled_batch
+
+    passes = [*EAGLE3, "distill.ttt_passes=3", "distill.teacher=cache"]
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    build_cache(tiny_cfg("stage=ref", *passes))
+    run_stage(tiny_cfg("stage=ref", *passes))
+    cached_cfg = tiny_cfg("stage=draft", "k=0.4", *passes, "distill.cache_ref_kl=true", "stage.max_steps=4")
+    final = run_stage(cached_cfg)
+    (folder,) = (paths.ref_dir(cached_cfg) / "teacher_kl").iterdir()
+    assert json.loads((folder / "ref_kl.json").read_text())["ttt_passes"] == "3"
+    assert json.loads((final / "metrics.json").read_text())["steps"] == 4
+
+    from adaspec.pipeline import build_data, resolve_stage_config
+
+    resolved, splits = resolve_stage_config(tiny_cfg("stage=draft", "k=0.4", *passes, "stage.max_steps=4"))
+    data, _, _ = build_data(resolved, splits)
+    live = SelectiveDistill.from_config(resolved, data.tokenizer, data)  # runs the reference head
+    cached = SelectiveDistill.from_config(cached_cfg, data.tokenizer, data)  # reads it
+    assert live.reference is not None and cached.reference is None
+    batch = shuffled_batch(cached_cfg)
+    with torch.no_grad():
+        _, live_delta, _ = live.token_deltas(batch)
+        _, cached_delta, _ = cached.token_deltas(batch)
+    assert live_delta.numel() > 0 and np.isfinite(cached_delta.numpy()).all()
+    torch.testing.assert_close(cached_delta, live_delta, atol=2e-3, rtol=2e-3)
 
 
 def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tiny_cfg):

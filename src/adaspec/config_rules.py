@@ -189,8 +189,6 @@ def _validate_draft_build(cfg: DictConfig) -> None:
                "an EAGLE-3 head does not sample continuations on its own: use distill.data=dataset or target")
         _check(not cfg.task.domain.operator_embedding, "task.domain.operator_embedding", True,
                "an EAGLE-3 head keeps the target's embedding: set task.domain.operator_embedding=false")
-        _check(not cfg.distill.cache_ref_kl, "distill.cache_ref_kl", True,
-               "the reference head reads the target's hidden states, which the teacher cache lacks: set it false")
 
 
 def _validate_pretrain(cfg: DictConfig) -> None:

@@ -1,4 +1,5 @@
-"""The frozen reference's per-token KL to the cached teacher, computed once per (reference, cache).
+"""The frozen reference's per-token KL to the cached teacher, computed once per (reference, cache): a model draft's,
+or an EAGLE-3 head's weighted over its training-time-test passes (reading the target's features from their cache).
 
 Stage 3 then runs only the draft's forward and backward. The array is aligned with the teacher
 cache's rows and stored beside the reference artefact, keyed by both identities.
@@ -15,7 +16,8 @@ from tqdm import tqdm
 
 from adaspec.artefacts import write_atomically
 from adaspec.data.encoding import collate
-from adaspec.distill.tokens import answer_logits, answer_mask
+from adaspec.distill.draft_divergence import draft_divergence
+from adaspec.distill.tokens import answer_mask
 
 ARRAY = "ref_kl.f32"
 META = "ref_kl.json"
@@ -29,8 +31,10 @@ def load_ref_kl(folder: Path, identity: dict[str, str]) -> np.ndarray | None:
 
 
 @torch.no_grad()
-def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, str], *, batch_size: int, pad_id: int) -> np.ndarray:
-    """The reference draft's (`adaspec.drafts.ModelDraft`) per-token divergence from `teacher` on `encoded`."""
+def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, str], *, batch_size: int, pad_id: int,
+                 passes: int = 1) -> np.ndarray:
+    """The reference draft's per-token divergence from `teacher` on `encoded` (adaspec.distill.draft_divergence:
+    an EAGLE-3 head's over `passes` passes of its training-time test)."""
     device = next(reference.model.parameters()).device
     pieces: list[np.ndarray] = []
     rows_seen: list[np.ndarray] = []
@@ -38,8 +42,7 @@ def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, 
         batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
         mask = answer_mask(batch["labels"])
         signal = teacher.signal(batch, mask)
-        logits = reference.logits(batch["input_ids"], attention_mask=batch["attention_mask"])
-        pieces.append(teacher.divergence(signal, answer_logits(logits, mask)).float().cpu().numpy())
+        pieces.append(draft_divergence(reference, batch, mask, signal, teacher, passes).float().cpu().numpy())
         rows_seen.append(signal.rows)
     values = np.zeros(teacher.cache.meta["rows"], dtype=np.float32)
     values[np.concatenate(rows_seen)] = np.concatenate(pieces)

@@ -68,10 +68,10 @@ class SelectiveDistill(ReferenceDistill):
         domain = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name)  # loss weights, kept tokens
         if domain.operator_types is not None:
             add_operator_embedding(student.model, domain.operator_types)
-        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer) if cfg.distill.cache_ref_kl else None
+        features = getattr(student, "feature_cache", None)
+        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer, target, features) if cfg.distill.cache_ref_kl else None
         reference = (
-            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), target,
-                                                 getattr(student, "feature_cache", None))
+            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), target, features)
         )
         return cls(
             student,

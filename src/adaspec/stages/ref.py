@@ -11,7 +11,6 @@ import time
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -21,16 +20,15 @@ from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import stop_token_id
 from adaspec.decoding.tree_shape import monitor_tree
+from adaspec.distill.draft_divergence import draft_divergence
 from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
-from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
+from adaspec.distill.tokens import answer_mask, answer_targets
 from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, frozen_artefact
-
-TTT_DECAY = 0.8  # EAGLE-3's weight of pass k of its training-time test: 0.8^k
 
 
 class ReferenceDistill(StageModule):
@@ -88,23 +86,10 @@ class ReferenceDistill(StageModule):
     def artefact(self) -> ModelDraft:
         return self.draft
 
-    @staticmethod
-    def _answer_logits(draft: ModelDraft, batch: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """[N, support] answer logits of a draft (student or reference)."""
-        logits = draft.logits(batch["input_ids"], attention_mask=batch["attention_mask"], index=batch.get("index"))
-        return answer_logits(logits, mask)
-
     def draft_divergence(self, draft, batch: dict[str, torch.Tensor], mask: torch.Tensor, signal, teacher):
-        """[N] divergence of a draft's answer tokens from the teacher's signal. An EAGLE-3 head: the sum over the
-        distill.ttt_passes passes of EAGLE-3's training-time test of 0.8^k times pass k's (one pass: its plain
-        logits), its output layer run on the answer positions only."""
-        passes = int(self.distill_cfg.get("ttt_passes", 1))
-        if not isinstance(draft, Eagle3Draft):
-            return teacher.divergence(signal, self._answer_logits(draft, batch, mask))
-        rows = F.pad(mask, (0, 1))  # the answer positions: the head's output layer runs there only
-        unrolled = draft.unrolled_logits(batch["input_ids"], passes, attention_mask=batch["attention_mask"],
-                                         index=batch.get("index"), rows=rows)
-        return sum(TTT_DECAY**k * teacher.divergence(signal, logits) for k, logits in enumerate(unrolled))
+        """[N] divergence of a draft's answer tokens from the teacher's signal (adaspec.distill.draft_divergence,
+        over distill.ttt_passes passes for an EAGLE-3 head)."""
+        return draft_divergence(draft, batch, mask, signal, teacher, int(self.distill_cfg.get("ttt_passes", 1)))
 
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""

@@ -105,9 +105,11 @@ def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | Non
 
 
 def cached_ref_kl(
-    cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer: PreTrainedTokenizerBase
+    cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer: PreTrainedTokenizerBase,
+    target: PreTrainedModel | None = None, features: FeatureCache | None = None,
 ) -> np.ndarray:
-    """The reference's per-token KL to the cached teacher, computed on first use."""
+    """The reference's per-token KL to the cached teacher, computed on first use; an EAGLE-3 reference reads
+    `target`'s features from their cache (`features`)."""
     folder = paths.ref_dir(cfg) / "teacher_kl" / teacher.cache.spec.name
     identity = {
         "reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"],
@@ -115,9 +117,12 @@ def cached_ref_kl(
     }
     if cfg.distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
         identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
+    passes = int(cfg.distill.ttt_passes) if str(cfg.model.draft_kind) == "eagle3" else 1
+    if passes > 1:  # a head's divergence sums its passes
+        identity["ttt_passes"] = str(passes)
     values = load_ref_kl(folder, identity)
     if values is None:
-        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation)
+        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation, target, features)
         values = write_ref_kl(
             reference,
             for_draft(teacher, reference),
@@ -126,5 +131,6 @@ def cached_ref_kl(
             identity,
             batch_size=cfg.stage.batch_size,
             pad_id=tokenizer.pad_token_id,
+            passes=passes,
         )
     return values
