@@ -13,8 +13,8 @@
 #                                       outputs/head-answers/n<N>-e<E> (the steps control: N=500 EPOCHS=12 takes
 #                                       the 120 optimizer steps that N=1000 takes in 6)
 # The training steps are demo-real's own (`make -n demo-real`, up to the reference head) with
-# paths.root=outputs/head-answers/n<N> task.n_train=N: their own target folder, answers, caches. The answers to
-# the first 1,064 problems are committed (copied in when they name the target); any beyond are generated
+# paths.root=outputs/head-answers/n<N> task.n_train=N: their own target folder, answers, caches. The answers
+# committed in parts (make answer-parts) are adopted when they name the target; any beyond are generated
 # (resumable, about 2.6 s each here). Validation stays the next 64 problems' answers (1000-1063 for N=1000).
 # Every step resumes: rerun after an interruption. Writes bench/results/head-answers-<tag>[+<ALSO>]-g3.json.
 set -euo pipefail
