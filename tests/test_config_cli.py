@@ -84,7 +84,7 @@ def test_misspelt_key_in_a_group_at_the_entry_point(tmp_path):
         "error: unknown config key `stage.lrr`; did you mean `stage.lr`? (allowed: name, lr, weight_decay, "
         "batch_size, max_epochs, max_steps, warmup_frac, min_lr_ratio, decay_end_frac, gradient_clip_val, "
         "accumulate_grad_batches, val_every_n_steps, checkpoint_every_n_steps, monitor_every_n_steps, "
-        "monitor_prompts, tag, early_stop_patience)"
+        "monitor_prompts, tag, early_stop_patience, group_by_length)"
     ]
 
 
