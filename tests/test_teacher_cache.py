@@ -100,3 +100,26 @@ def test_a_jsd_draft_trains_from_the_topk_cache_against_a_jsd_reference(trained)
     final = run_stage(trained("stage=draft", *jsd))
     metrics = json.loads((final / "metrics.json").read_text())
     assert metrics["steps"] == 4 and np.isfinite(metrics["val/kl"]) and metrics["val/kl"] > 0
+
+
+def test_a_cut_cache_file_is_refused_naming_it_and_the_fix(trained, tmp_path):
+    from adaspec.distill.feature_cache import FeatureCache
+
+    folder = build_cache(trained("distill.teacher=cache", "distill.cache_mode=topk", "distill.cache_topk=16"))
+    ids = folder / "top_ids.i32"
+    whole = ids.read_bytes()
+    ids.write_bytes(whole[: len(whole) // 2])
+    try:
+        with pytest.raises(UserError, match=r"top_ids.i32 holds [\d,]+ bytes where its cache's metadata needs "
+                                            r"[\d,]+ \(cut or replaced\); rebuild it with `make cache`"):
+            TeacherCache(folder)
+    finally:
+        ids.write_bytes(whole)
+    TeacherCache(folder)  # whole again
+    features = tmp_path / "features"
+    features.mkdir()
+    (features / "features.json").write_text(json.dumps({"rows": 10, "width": 4, "identity": {}}))
+    np.save(features / "offsets.npy", np.array([0, 10]))
+    (features / "features.f16").write_bytes(b"\0" * 60)  # 10 x 4 float16 needs 80
+    with pytest.raises(UserError, match="features.f16 holds 60 bytes where its cache's metadata needs 80"):
+        FeatureCache(features)

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from adaspec.artefacts import write_atomically
 from adaspec.data.encoding import collate
+from adaspec.distill.mapped_array import mapped
 from adaspec.errors import UserError
 from adaspec.models.eagle3 import target_features
 
@@ -36,7 +37,8 @@ class FeatureCache:
         self.meta = json.loads((self.folder / META).read_text())
         self.offsets = np.load(self.folder / "offsets.npy")
         shape = (self.meta["rows"], self.meta["width"])
-        self.features = np.memmap(self.folder / "features.f16", dtype=np.float16, mode="r", shape=shape)
+        self.features = mapped(self.folder / "features.f16", np.float16, shape,
+                               "delete the folder (stage 2 of an EAGLE-3 head rebuilds it) or pass overwrite=true")
 
     def check_identity(self, identity: dict) -> None:
         """Refuse a cache made for another target, data or set of layers."""

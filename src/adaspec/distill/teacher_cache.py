@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from adaspec.artefacts import write_atomically
 from adaspec.data.encoding import collate
+from adaspec.distill.mapped_array import mapped
 from adaspec.distill.tokens import answer_logits, answer_mask
 from adaspec.errors import UserError
 
@@ -78,12 +79,13 @@ class TeacherCache:
         self.spec = CacheSpec(self.meta["mode"], self.meta["topk"])
         self.offsets = np.load(self.folder / "offsets.npy")
         rows, vocab, k = self.meta["rows"], self.meta["vocab"], self.spec.topk
+        fix = "rebuild it with `make cache` and overwrite=true"
         if self.spec.mode == "exact":
-            self.logprobs = np.memmap(self.folder / "logprobs.f16", dtype=np.float16, mode="r", shape=(rows, vocab))
+            self.logprobs = mapped(self.folder / "logprobs.f16", np.float16, (rows, vocab), fix)
         else:
-            self.top_logprobs = np.memmap(self.folder / "top_logprobs.f16", dtype=np.float16, mode="r", shape=(rows, k))
-            self.top_ids = np.memmap(self.folder / "top_ids.i32", dtype=np.int32, mode="r", shape=(rows, k))
-            self.rest = np.memmap(self.folder / "rest_mass.f32", dtype=np.float32, mode="r", shape=(rows,))
+            self.top_logprobs = mapped(self.folder / "top_logprobs.f16", np.float16, (rows, k), fix)
+            self.top_ids = mapped(self.folder / "top_ids.i32", np.int32, (rows, k), fix)
+            self.rest = mapped(self.folder / "rest_mass.f32", np.float32, (rows,), fix)
 
     def check_identity(self, identity: dict[str, str]) -> None:
         """Refuse a cache made for another target, tokenizer, task or max length."""
