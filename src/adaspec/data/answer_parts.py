@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from adaspec.errors import UserError
+from adaspec.toolkit import write_bytes_atomically, write_json_atomically
 
 PART_SIZE = 256
 REGENERATE = "make answer-parts ARGS=\"distill.answer_parts={part}\""
@@ -58,23 +58,12 @@ def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + ".partial")
-    with open(temporary, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(temporary, path)
-
-
 def write_part(folder: Path, part: int, records: list[dict], sidecar: dict) -> Path:
     """Part `part`: `records` (one per index, in index order), then its sidecar with their hash."""
-    folder.mkdir(parents=True, exist_ok=True)
     lines, meta = part_files(folder, part)
     data = "".join(json.dumps(r) + "\n" for r in sorted(records, key=lambda r: r["index"])).encode()
-    _write_atomically(lines, data)
-    full = {"first": part * PART_SIZE, "count": len(records), "sha256": _hash(data), **sidecar}
-    _write_atomically(meta, (json.dumps(full, indent=2) + "\n").encode())
+    write_bytes_atomically(lines, data)
+    write_json_atomically(meta, {"first": part * PART_SIZE, "count": len(records), "sha256": _hash(data), **sidecar})
     return lines
 
 

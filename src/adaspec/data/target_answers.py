@@ -115,7 +115,11 @@ def target_content_hash(final: Path) -> str:
 
 def append_answers(path: Path, records: list[dict]) -> None:
     """Append `records` to an answers file; a line cut by a crash stays on its own (and is ignored)."""
-    cut = path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    cut = False
+    if path.is_file() and path.stat().st_size:
+        with open(path, "rb") as fh:  # the last byte only: the file grows with every batch
+            fh.seek(-1, 2)
+            cut = fh.read(1) != b"\n"
     with open(path, "a") as out:
         out.write("\n" * bool(cut) + "".join(json.dumps(r) + "\n" for r in records))
 
@@ -129,21 +133,18 @@ def missing(examples: list[Example], saved: dict[int, dict], indices=None) -> li
 def adopt_committed_answers(cfg: DictConfig, folder: Path, examples: list[Example]) -> int:
     """Append the committed answers of this target that the answers folder lacks; how many."""
     source = committed_answers_dir(cfg)
-    needed = missing(examples, read_answers(folder))
-    if not needed or not part_targets(source):
+    needed = set(missing(examples, read_answers(folder)))
+    targets = part_targets(source) if needed else set()
+    if not targets:
         return 0
     ours = target_content_hash(paths.final(paths.target_dir(cfg)))
-    if ours not in part_targets(source):
+    if ours not in targets:
         print(f"[adaspec] target answers: the committed ones in {source} belong to another target "
-              f"(content {', '.join(sorted(part_targets(source)))}, this one {ours}): generating them")
+              f"(content {', '.join(sorted(targets))}, this one {ours}): generating them")
         return 0
-    adopted = []
-    for part in sorted({part_of(i) for i in needed}):
-        for record in read_part(source, part, ours) or []:
-            i = record["index"]
-            if i < len(examples) and record["prompt"] == prompt_key(examples[i].prompt):
-                adopted.append(record)
-    adopted = [r for r in adopted if r["index"] in set(needed)]
+    adopted = [record for part in sorted({part_of(i) for i in needed})
+               for record in read_part(source, part, ours) or []
+               if record["index"] in needed and record["prompt"] == prompt_key(examples[record["index"]].prompt)]
     append_answers(folder / ANSWERS, adopted)
     if adopted:
         print(f"[adaspec] target answers: {len(adopted)} committed answers of this target (content {ours}) "
