@@ -117,7 +117,7 @@ def cached_ref_kl(
     }
     if cfg.distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
         identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
-    passes = int(cfg.distill.ttt_passes) if str(cfg.model.draft_kind) == "eagle3" else 1
+    passes = int(cfg.distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config_rules)
     if passes > 1:  # a head's divergence sums its passes
         identity["ttt_passes"] = str(passes)
     values = load_ref_kl(folder, identity)
