@@ -12,6 +12,10 @@ os.environ["WANDB_MODE"] = "offline"
 os.environ["WANDB_SILENT"] = "true"
 # Tiny models run fastest on one thread, and subprocesses (DDP ranks, entry points) inherit this.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Subprocesses (entry points, scripts) import this checkout's package whether or not it is installed, editable or
+# not: its src/ (and the repository, for `tests.*`) go before whatever PYTHONPATH already holds.
+_REPO = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join([str(_REPO / "src"), str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from omegaconf import DictConfig  # noqa: E402
 

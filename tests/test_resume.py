@@ -76,7 +76,7 @@ runpy.run_module("adaspec.commands.train", run_name="__main__")
 def start_training(*overrides: str, pause_marker: Path | None = None, resume_broken: bool = False) -> subprocess.Popen:
     """`python -m adaspec.commands.train <overrides>` in a process of its own; with `pause_marker`, paused after
     its first checkpoint (see PAUSE_AFTER_FIRST_CHECKPOINT); with `resume_broken`, see RESUME_BROKEN."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # PYTHONPATH: tests/conftest.py
     entry = ["-m", "adaspec.commands.train"]
     if pause_marker is not None:
         env["PAUSED_MARKER"] = str(pause_marker)

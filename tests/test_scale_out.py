@@ -3,7 +3,6 @@ the SLURM launcher config, attention selection, the 8-bit draft and `make gpu-ch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -134,16 +133,36 @@ def test_slurm_launcher_composes_with_hydra_submitit():
 CUDA = torch.cuda.is_available()
 
 
-def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+MISSING = [(False, False), (False, True), (True, False)]  # (flash-attn installed, CUDA GPU): what is absent
 
 
-@pytest.mark.skipif(CUDA and installed("flash_attn"), reason="flash-attn and a CUDA GPU are here: `auto` picks it")
-def test_attention_auto_is_sdpa_without_flash_attn_and_flash_attention_2_fails_first(tiny_cfg):
-    assert resolve_attn_implementation("auto", half_precision=True) == "sdpa"  # no flash-attn / CUDA here
-    with pytest.raises(UserError, match="flash_attention_2 needs .*flash-attn"):
+def pretend(monkeypatch, module, **present: bool) -> None:
+    """This machine as if it had (or lacked) each of `present`: the project's own probes answer so, whatever is
+    installed here, so the same test runs on a CPU machine and on a GPU machine with every optional package."""
+    for probe, value in present.items():
+        monkeypatch.setattr(module, probe, lambda value=value: value)
+
+
+@pytest.mark.parametrize(("flash", "cuda"), MISSING)
+def test_attention_auto_is_sdpa_unless_both_and_flash_attention_2_names_what_is_missing(flash, cuda, tiny_cfg,
+                                                                                     monkeypatch):
+    from adaspec.models import attention
+
+    pretend(monkeypatch, attention, flash_attn_installed=flash, cuda_available=cuda)
+    assert resolve_attn_implementation("auto", half_precision=True) == "sdpa"
+    with pytest.raises(UserError, match="flash_attention_2 needs ") as refused:
         run_stage(tiny_cfg("stage=target", "model.attn_implementation=flash_attention_2"))
+    message = str(refused.value).split(", which")[0]
+    assert ("the flash-attn package" in message) != flash and ("a CUDA GPU" in message) != cuda
     assert not paths.target_dir(tiny_cfg()).exists()  # refused before anything was built
+
+
+def test_attention_auto_is_flash_attention_2_with_both_in_half_precision_only(monkeypatch):
+    from adaspec.models import attention
+
+    pretend(monkeypatch, attention, flash_attn_installed=True, cuda_available=True)
+    assert resolve_attn_implementation("auto", half_precision=True) == "flash_attention_2"
+    assert resolve_attn_implementation("auto", half_precision=False) == "sdpa"  # no float32 kernels
 
 
 def test_bf16_mixed_with_gradient_checkpointing_trains_stage_3(tiny_trained):
@@ -155,19 +174,23 @@ def test_bf16_mixed_with_gradient_checkpointing_trains_stage_3(tiny_trained):
     assert next(model.parameters()).dtype == torch.float32  # mixed precision keeps float32 weights
 
 
-@pytest.mark.skipif(CUDA and installed("bitsandbytes"), reason="a CUDA GPU and bitsandbytes are here: 8-bit loads")
-def test_8bit_draft_needs_cuda_and_bitsandbytes(tmp_path):
-    from adaspec.decoding.quant import load_draft_8bit
+@pytest.mark.parametrize(("bitsandbytes", "cuda"), MISSING)
+def test_8bit_draft_names_what_is_missing_of_cuda_and_bitsandbytes(bitsandbytes, cuda, tmp_path, monkeypatch):
+    from adaspec.decoding import quant
 
-    with pytest.raises(UserError, match="8-bit draft inference .* needs a CUDA GPU"):
-        load_draft_8bit(tmp_path)
+    pretend(monkeypatch, quant, bitsandbytes_installed=bitsandbytes, cuda_available=cuda)
+    assert not quant.can_load_8bit()
+    with pytest.raises(UserError, match="8-bit draft inference .* needs ") as refused:
+        quant.load_draft_8bit(tmp_path)
+    message = str(refused.value).split(";")[0]
+    assert ("the bitsandbytes package" in message) != bitsandbytes and ("a CUDA GPU" in message) != cuda
 
 
-@pytest.mark.skipif(CUDA, reason="a CUDA GPU is here: test_gpu_check_on_a_gpu runs instead")
-def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys):
-    from adaspec.commands.gpu_check import main
+def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys, monkeypatch):
+    from adaspec.commands import gpu_check
 
-    assert main([]) == 0
+    pretend(monkeypatch, gpu_check, gpu_available=False)
+    assert gpu_check.main([]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
 
 

@@ -14,8 +14,7 @@ SCRIPTS = ROOT / "experiments" / "smollm2"
 
 
 def run(script: str, *args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
-    environment = os.environ | {"DRY_RUN": "1", "PYTHON": sys.executable,
-                                "PYTHONPATH": str(ROOT / "src")} | env
+    environment = os.environ | {"DRY_RUN": "1", "PYTHON": sys.executable} | env  # PYTHONPATH: tests/conftest.py
     return subprocess.run(["bash", str(SCRIPTS / script), *args], cwd=cwd, env=environment, capture_output=True,
                           text=True, timeout=600)
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from adaspec.errors import UserError
+from adaspec.models.attention import cuda_available, resolve_attn_implementation
 
 
 def quantize_draft_int8(model: nn.Module) -> nn.Module:
@@ -40,7 +41,7 @@ def bitsandbytes_installed() -> bool:
 
 def can_load_8bit() -> bool:
     """A CUDA GPU and bitsandbytes: what `load_draft_8bit` needs."""
-    return torch.cuda.is_available() and bitsandbytes_installed()
+    return cuda_available() and bitsandbytes_installed()
 
 
 def load_draft_8bit(path, attn_implementation: str = "auto", device: int | str = 0) -> nn.Module:
@@ -53,7 +54,7 @@ def load_draft_8bit(path, attn_implementation: str = "auto", device: int | str =
     missing = [
         what
         for what, ok in (
-            ("a CUDA GPU", torch.cuda.is_available()),
+            ("a CUDA GPU", cuda_available()),
             ("the bitsandbytes package", bitsandbytes_installed()),
         )
         if not ok
@@ -66,8 +67,6 @@ def load_draft_8bit(path, attn_implementation: str = "auto", device: int | str =
         )
     # BitsAndBytesConfig pulls in bitsandbytes, an optional GPU dependency
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    from adaspec.models.attention import resolve_attn_implementation
 
     return AutoModelForCausalLM.from_pretrained(
         str(path),
