@@ -223,3 +223,23 @@ def test_int8_weights_and_eager_attention_reach_the_model_and_decode_exactly(lla
     for ids in prompts[:4]:
         assert (target_generate(eager, ids, max_new_tokens=16, eos_token_id=None).tokens
                 == target_generate(llama, ids, max_new_tokens=16, eos_token_id=None).tokens)
+
+
+def test_compiled_steps_are_cuda_graphs_on_a_gpu_and_inductor_with_frozen_weights_on_the_cpu(llama):
+    from adaspec.decoding.serving import compile_options
+
+    assert compile_options(torch.device("cuda", 0)) == {"mode": "reduce-overhead"}
+    assert compile_options(torch.device("cpu")) == {}
+    assert served(llama, "float32-compiled").graphs is False  # here: outputs need no copy out of a graph
+
+
+def test_a_static_cache_cropped_to_its_known_length_equals_the_crop_that_reads_it(llama, prompts):
+    from adaspec.decoding.kv import crop_cache
+
+    lengths = []
+    for current in (None, prompts[3].shape[1]):
+        cache = StaticCache(config=llama.config, max_cache_len=64)
+        llama(input_ids=prompts[3], past_key_values=cache, use_cache=True)
+        crop_cache(cache, 5, current)
+        lengths.append(int(cache.get_seq_length()))
+    assert lengths == [5, 5]

@@ -45,13 +45,14 @@ def compact_cache(cache: Cache, start: int, slots: list[int]) -> None:
     crop_cache(cache, start + len(slots))
 
 
-def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Crop ``cache`` to its first ``length`` positions.
+def crop_cache(cache: DynamicCache, length: int, current: int | None = None) -> None:
+    """Crop ``cache`` to its first ``length`` positions. ``current``: the cache's length when the caller knows
+    it (a static cache keeps its length on the device, and reading it there waits for the device).
 
     ``DynamicCache.crop`` takes a NEGATIVE count of positions to drop (transformers >= 5.x raises on
     a positive, absolute length; ``crop(0)`` meant "crop to empty" in older releases), so only call
     it with a strictly negative number.
     """
-    excess = cache.get_seq_length() - length
+    excess = (cache.get_seq_length() if current is None else current) - length
     if excess > 0:
         cache.crop(-excess)

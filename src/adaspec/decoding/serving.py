@@ -14,6 +14,10 @@ compiles the widths a run needs before anything is timed (`compile_seconds` reco
 wider step than any warmed compiles its own width. The cache's capacity is rounded up to
 `CAPACITY_STEP`, so one graph serves prompts of every length.
 
+On a CUDA GPU the compiled steps are also captured as CUDA graphs (`mode="reduce-overhead"`, as gpt-fast
+runs them there): a step replays its width's graph over the static cache, whose tensors keep their addresses
+(transformers marks them static), and its outputs are copied out before the next replay reuses them.
+
 A static cache is allocated once per capacity and reset for each generation (a `Served` decodes one
 sequence at a time). That is not only cheaper: a graph compiled with frozen weights also holds the address
 of the cache it was traced with, and silently reads that one whatever cache it is given.
@@ -126,14 +130,16 @@ class Served:
         self._static_caches: dict[int, StaticCache] = {}
         self.compile_seconds: dict[int | str, float] = {}  # width, or "<width>+features"
         self._compiled = None
+        self.graphs = serving.compile and self.device.type == "cuda"  # CUDA graphs: outputs copied out of them
         if serving.compile:
             import torch._dynamo.config
             import torch._inductor.config  # noqa: F401  (imported for its settings, torch.compile's backend)
 
-            torch._inductor.config.freezing = True  # weights as constants: what gpt-fast measures on CPU
+            if not self.graphs:
+                torch._inductor.config.freezing = True  # weights as constants: what gpt-fast measures on CPU
             # one graph per width: a cost curve compiles up to 9, more than dynamo's default limit of 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            self._compiled = torch.compile(model.forward, dynamic=False)
+            self._compiled = torch.compile(model.forward, dynamic=False, **compile_options(self.device))
 
     @property
     def device(self) -> torch.device:
@@ -157,7 +163,7 @@ class Served:
 
     def step(self, ids: Tensor, cache: Cache) -> Tensor:
         """Logits `[T, V]` of `ids [1, T]` on top of `cache`, which grows by T."""
-        return self._step(ids, cache, hidden=False).logits[0, : ids.shape[1]]
+        return self._owned(self._step(ids, cache, hidden=False).logits[0, : ids.shape[1]])
 
     def prefill_with_features(self, ids: Tensor, cache: Cache, layers: list[int]) -> tuple[Tensor, Tensor]:
         """`prefill`, and the hidden states `layers` (indices into `hidden_states`) of every position of `ids`,
@@ -169,7 +175,7 @@ class Served:
         """`step`, and the hidden states `layers` of every position of `ids` (`prefill_with_features`)."""
         out = self._step(ids, cache, hidden=True)
         n = ids.shape[1]
-        return out.logits[0, :n], _features(out.hidden_states, layers, n)
+        return self._owned(out.logits[0, :n]), _features(out.hidden_states, layers, n)
 
     def verify_tree(self, root: Tensor, tree: Tree, cache: Cache, layers: list[int] | None = None
                     ) -> tuple[Tensor, Tensor | None]:
@@ -180,7 +186,7 @@ class Served:
         ids = torch.tensor([tree.tokens], dtype=torch.long, device=root.device)
         out = self._step(torch.cat([root.view(1, 1), ids], dim=1), cache, hidden=bool(layers), tree=tree)
         n = len(tree) + 1
-        return out.logits[0, :n], (_features(out.hidden_states, layers, n) if layers else None)
+        return self._owned(out.logits[0, :n]), (_features(out.hidden_states, layers, n) if layers else None)
 
     def keep_path(self, cache: Cache, root_slot: int, path: list[int]) -> None:
         """After `verify_tree` wrote the root at `root_slot` and node i at `root_slot + 1 + i`: move the accepted
@@ -203,6 +209,8 @@ class Served:
         kwargs = {"output_hidden_states": True} if hidden else {}  # a graph of its own
         if tree is not None:  # padded rows see only themselves, and no real row sees them
             kwargs |= self._tree_inputs(tree, cache, width)
+        if self.graphs:  # a new replay: the previous one's outputs have been copied out (`_owned`)
+            torch.compiler.cudagraph_mark_step_begin()
         out = self._compiled(input_ids=padded, cache=cache, use_cache=True, logits_to_keep=width, **kwargs)
         if width not in compiled:
             compiled.append(width)
@@ -213,6 +221,10 @@ class Served:
             cache.crop(n - width)  # forget the padded positions (a static cache only moves its length back)
         return out
 
+    def _owned(self, logits: Tensor) -> Tensor:
+        """`logits` as the caller may keep them: a CUDA graph's outputs are overwritten by its next replay."""
+        return logits.clone() if self.graphs else logits
+
     def _tree_inputs(self, tree: Tree, cache: Cache, width: int) -> dict[str, Tensor]:
         past = int(cache.get_seq_length())
         kv_length = cache.get_mask_sizes(width, 0)[0] if len(cache.layers) else past + width
@@ -220,8 +232,9 @@ class Served:
         positions = torch.tensor([tree.positions(width)], dtype=torch.long, device=self.device) + past
         return {"attention_mask": mask, "position_ids": positions}
 
-    def crop(self, cache: Cache, length: int) -> None:
-        crop_cache(cache, length)
+    def crop(self, cache: Cache, length: int, current: int | None = None) -> None:
+        """Keep the first `length` positions of `cache`; `current`: its length, when the caller knows it."""
+        crop_cache(cache, length, current)
 
     @torch.inference_mode()
     def warm_up(self, widths: list[int], feature_layers: list[int] | None = None, tree: bool = False
@@ -247,6 +260,13 @@ class Served:
             else:
                 self.step_with_features(ids, cache, feature_layers)
         return dict(self.compile_seconds)
+
+
+def compile_options(device: torch.device) -> dict[str, str]:
+    """`torch.compile`'s mode for decoding steps on `device`: CUDA graphs on a CUDA GPU (one launch replays a
+    whole step, where a small model's step is otherwise dominated by kernel launches), inductor's default
+    elsewhere (on the CPU, with weights frozen into the graph)."""
+    return {"mode": "reduce-overhead"} if device.type == "cuda" else {}
 
 
 def _features(hidden_states: tuple[Tensor, ...], layers: list[int], n: int) -> Tensor:

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 
 from adaspec.decoding.blocks import run_blocks
 from adaspec.decoding.policies import Policy
+from adaspec.decoding.sampling import sample
 from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
 from adaspec.decoding.tree import MAX_NODES, TreeShape, accept_greedy, accept_sampled
@@ -44,7 +45,7 @@ def _pick(logits: Tensor, temperature: float, generator: torch.Generator | None)
     """Next token ``[1]`` from logits ``[V]``: argmax if ``temperature == 0``, else a sample."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    return torch.multinomial(_probs(logits, temperature), 1, generator=generator)
+    return sample(_probs(logits, temperature), generator)
 
 
 def verify_greedy(target_logits: Tensor, proposals: Tensor) -> tuple[Tensor, Tensor]:
@@ -82,7 +83,7 @@ def verify_block(
     dist = dists.gather(-2, row).squeeze(-2)
     # p == q (up to rounding) leaves an all-zero residual; a rejection is then (almost) impossible, use p.
     dist = torch.where(dist.sum(-1, keepdim=True) > 0, dist, p_probs.gather(-2, row).squeeze(-2))
-    next_token = torch.multinomial(dist.reshape(-1, vocab), 1, generator=generator).reshape(n.shape)
+    next_token = sample(dist, generator)[..., 0]
     return n, next_token
 
 
@@ -148,7 +149,7 @@ def speculative_generate(
 
         # 4. Crop the target's cache and the draft's state to the context plus the accepted proposals.
         kept = context.shape[0] + n
-        target.crop(target_cache, kept)
+        target.crop(target_cache, kept, current=context.shape[0] + len(proposed))  # read nothing from the device
         session.rollback(kept)
         if features is not None:  # the positions kept: the last context token's and the accepted proposals'
             session.read_target(features[: n + 1])

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from adaspec.decoding.sampling import sample
 from adaspec.decoding.tree_shape import MAX_NODES, TreeShape, tree_shape
 
 __all__ = ["MAX_NODES", "Tree", "TreeShape", "accept_greedy", "accept_sampled", "attention_mask", "tree_shape"]
@@ -172,6 +173,6 @@ def accept_sampled(probs: Tensor, tree: Tree, generator: torch.Generator | None)
             # p == q (up to rounding) leaves nothing: a rejection was then (almost) impossible; fall back to p
             p = p / total if total > 0 else probs[node + 1].clone()
         if accepted is None:
-            return path, int(torch.multinomial(p, 1, generator=generator))
+            return path, int(sample(p, generator))
         path.append(accepted)
         node = accepted

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from adaspec.decoding.sampling import sample
 from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
@@ -263,7 +264,7 @@ class _Eagle3Session:
                 probs, token = None, logits.argmax(-1, keepdim=True)
             else:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
-                token = torch.multinomial(probs, 1, generator=generator)
+                token = sample(probs, generator)
             token = token if vocab is None else vocab.to_target(token)
             yield token, probs
             # the head goes on from its own output at the previous position

@@ -15,6 +15,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
+from adaspec.decoding.sampling import sample
 from adaspec.decoding.tree import Tree, TreeShape, additive
 from adaspec.drafts.base import Draft, GreedyBlocks
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
@@ -143,7 +144,7 @@ class _ModelSession:
                 token = logits.argmax(-1, keepdim=True)
             else:
                 probs.append(torch.softmax(logits.float() / temperature, dim=-1))
-                token = torch.multinomial(probs[-1], 1, generator=generator)
+                token = sample(probs[-1], generator)
             token = self.draft.to_target_ids(token)
             proposals.append(token)
             x = token.view(1, 1)
