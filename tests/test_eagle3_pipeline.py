@@ -69,6 +69,14 @@ def test_the_evaluation_decodes_the_head_exactly(eagle3):
     assert row["draft"]["kind"] == "eagle3" and row["greedy_mismatches"] == 0
     assert row["acceptance_vs_gamma"]["replay_mismatches"] == 0  # the replay reads the target's features too
 
+    compiled_cfg = eagle3(*EAGLE3, "eval.draft_ks=[1.0]", "eval.n_prompts=3", "decode.max_new_tokens=16",
+                          "eval.num_threads=1", "decode.draft_compile=true", "eval.name=compiled")
+    compiled = run_evaluation(compiled_cfg, progress=False)
+    compiled_row = compiled["drafts"]["k1"]
+    assert compiled["identity"]["decode"]["draft_compile"] is True and "draft_compile" not in results["identity"]["decode"]
+    assert compiled_row["greedy_mismatches"] == 0 and compiled_row["acceptance_vs_gamma"]["replay_mismatches"] == 0
+    assert compiled_row["tau"] == row["tau"]  # the compiled head's steps propose what the eager head's do
+
 
 @pytest.mark.parametrize("override, key", [("pretrain=stdlib", "pretrain"),
                                            ("distill.data=draft", "distill.data")])

@@ -194,6 +194,33 @@ def test_gpu_check_without_a_gpu_says_so_and_exits_0(capsys, monkeypatch):
     assert "no CUDA GPU" in capsys.readouterr().out
 
 
+def run_gpu_check_on_the_cpu(tmp_path, *flags: str) -> dict:
+    from adaspec.commands import gpu_check
+
+    figures = tmp_path / "gpu-check.json"
+    assert gpu_check.main(["--device", "cpu", "--steps", "2", "--prompts", "2", "--max-new-tokens", "8",
+                           "--json", str(figures), "--head-overrides", "model=tiny", *flags]) == 0
+    return json.loads(figures.read_text())
+
+
+def test_gpu_check_trains_a_head_and_times_it_beside_the_target_alone_chain_and_tree(tmp_path):
+    """`make gpu-check`'s whole path, on the CPU (the head on model=tiny here, model=small on a GPU), eager."""
+    figures = run_gpu_check_on_the_cpu(tmp_path)
+    assert figures["compiled"] is False and "ref (model=small, EAGLE-3 head)" in figures["stages"]
+    rows = figures["small_head"]
+    assert list(rows) == ["target eager", "target bfloat16-static", "head chain gamma 5", "head tree k4-d4-n16"]
+    fastest = max(rows["target eager"]["tokens_per_s"], rows["target bfloat16-static"]["tokens_per_s"])
+    for figure in rows.values():
+        assert figure["speedup"] == pytest.approx(figure["tokens_per_s"] / fastest, abs=2e-3)
+        assert 0 <= figure["mismatches"] <= 2
+
+
+@pytest.mark.slow
+def test_gpu_check_compiles_the_target_and_the_heads_steps(tmp_path):
+    figures = run_gpu_check_on_the_cpu(tmp_path, "--compile")
+    assert figures["compiled"] is True and "target bfloat16-compiled" in figures["small_head"]
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (`make gpu-check` on a GPU machine)")
 def test_gpu_check_on_a_gpu_trains_and_decodes(capsys):
     from adaspec.commands.gpu_check import main

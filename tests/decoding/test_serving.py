@@ -234,12 +234,12 @@ def test_compiled_steps_are_cuda_graphs_on_a_gpu_and_inductor_with_frozen_weight
 
 
 def test_a_static_cache_cropped_to_its_known_length_equals_the_crop_that_reads_it(llama, prompts):
-    from adaspec.decoding.kv import crop_cache
+    from adaspec.decoding.kv import crop_cache, run
 
     lengths = []
     for current in (None, prompts[3].shape[1]):
         cache = StaticCache(config=llama.config, max_cache_len=64)
-        llama(input_ids=prompts[3], past_key_values=cache, use_cache=True)
+        run(llama, prompts[3], cache)
         crop_cache(cache, 5, current)
         lengths.append(int(cache.get_seq_length()))
     assert lengths == [5, 5]

@@ -357,3 +357,29 @@ def test_a_compiled_bfloat16_target_verifies_the_heads_trees_from_one_graph(trai
         divergence = first_divergence(plain, ids, reference, out.tokens)
         assert divergence is None or abs(divergence["margin"]) < 0.05, divergence
     assert compiled.tree_feature_widths == [9] and compiled.widths == []
+
+
+# ------------------------------------------------------------------------------------------------ compiled steps
+
+def test_compiled_head_steps_on_a_static_cache_emit_the_eager_heads_blocks(trained, target):
+    """decode.draft_compile (issue 48): the head's steps compiled over a preallocated cache (on a GPU: CUDA graphs)
+    propose what the eager head proposes, chains and trees, and the cache grows when a generation outgrows it."""
+    draft, _ = trained
+    compiled = Eagle3Draft(draft.model, draft.vocab, target)
+    assert compiled.compile_steps() and not draft.compiled_step  # the fixture's draft stays eager
+    assert compiled.graphs is False  # the CPU: inductor, no graphs to copy out of
+    compiled.warm_up([prompt(0).shape[1]])
+    for shape in (None, TreeShape(3, 3, 8)):
+        for seed in range(2):
+            ids = prompt(seed)
+            runs = [speculative_generate(target, d, ids, gamma_policy=FixedGamma(3), max_new_tokens=16,
+                                         eos_token_id=None, tree=shape) for d in (draft, compiled)]
+            assert runs[0].tokens == runs[1].tokens and runs[0].blocks == runs[1].blocks
+    session = compiled.start(prompt(0), V)  # sized for the prompt and 512 more pairs: 1024
+    assert session.cache.capacity == 1024
+    long = torch.randint(0, V, (1, 1100), generator=torch.Generator().manual_seed(5))
+    session.read_target(draft.features(long[:, :-1])[0])
+    eager = draft.start(long, V)
+    eager.read_target(draft.features(long[:, :-1])[0])
+    assert torch.equal(session.propose(long[0], 3, 0.0, None)[0], eager.propose(long[0], 3, 0.0, None)[0])
+    assert session.cache.capacity == 2048 and len(session.cache) == 1100  # grown, then cropped to the real pairs

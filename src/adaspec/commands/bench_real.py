@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name, folder in draft_folders.items():
         drafts[name] = load_draft(folder, target=model).eval()
         drafts[name].model.to(DTYPES[draft_dtype])
+        if cfg.decode.draft_compile and not drafts[name].compile_steps():
+            print(f"[adaspec] bench-real: decode.draft_compile: {name} (a {drafts[name].kind} draft) decodes eager")
     drafts |= {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     fmt = cfg.task.prompt_format
     examples = load_task(cfg.task)["test"][: args.prompts]
@@ -283,6 +285,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for shape in trees.values():
         for layers in {tuple(d.target_layers) for d in drafts.values()}:
             target.warm_up([shape.nodes + 1], feature_layers=list(layers) or None, tree=True)
+    for draft in drafts.values():  # a compiled head's steps (decode.draft_compile), before any is timed
+        draft.warm_up([ids.shape[1] for ids in prompts])
     costs = call_costs(target, drafts, prompts[0], sorted(set(args.gammas)))
     costs |= {"target_verify_s": {int(g): v for g, v in costs["target_verify_s"].items()}}
     costs["tree_verify_s"] = {name: tree_verify_seconds(target, prompts[0], shape.nodes) for name, shape in trees.items()}
@@ -293,7 +297,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # "draft": the first trained draft's folder (None without one); "draft_folders": every one by row name
         "target": str(target_folder), "draft": next((str(f) for f in draft_folders.values()), None),
         "draft_folders": {name: str(folder) for name, folder in draft_folders.items()},
-        "serving": {"target": serving.name, "draft_dtype": draft_dtype, "target_only": [serving.name, *target_only]},
+        "serving": {"target": serving.name, "draft_dtype": draft_dtype, "target_only": [serving.name, *target_only]}
+        | ({"draft_compile": True} if cfg.decode.draft_compile else {}),
         "compile_seconds": {name: {str(w): v for w, v in served.compile_seconds.items()}
                             for name, served in {serving.name: target, **target_only}.items() if served.widths},
         "target_parameters": sum(p.numel() for p in model.parameters()),

@@ -45,7 +45,8 @@ class DecodeConfig:
     target_dtype: Precision = Precision.float32
     draft_dtype: Precision = Precision.float32
     kv_cache: KVCacheKind = KVCacheKind.dynamic  # the target's; a draft's cache stays dynamic
-    compile: bool = False  # torch.compile the target's decoding steps (needs kv_cache=static)
+    compile: bool = False  # torch.compile the target's decoding steps (needs kv_cache=static); CUDA graphs on a GPU
+    draft_compile: bool = False  # the same for an EAGLE-3 head's steps, on a static cache of its own
     # Draft trees (adaspec.decoding.tree): `off` (chains of gamma), a shape name such as `k4-d4-n16` or
     # `k4-d4-n12+lookup8` (the hybrid: a prompt-lookup branch of 8), or a mapping {top_k: 4, depth: 4, nodes: 16,
     # lookup: 0} (lookup: a length, or true for the depth); `auto`: the evaluation chooses each draft's shape or chain

@@ -107,6 +107,14 @@ class Draft(ABC):
             repeats,
         )
 
+    def compile_steps(self) -> bool:
+        """Decode with this draft's steps compiled (`decode.draft_compile`); False when it has none to compile."""
+        return False
+
+    def warm_up(self, prompt_lengths: list[int]) -> None:
+        """Compile what decoding prompts of these lengths runs, before anything is timed (a compiled draft's)."""
+        return None  # most drafts compile nothing
+
     def hf_assisted_kwargs(self, gamma: int) -> dict[str, Any] | None:
         """What `target.generate` takes to run this draft as HF assisted generation with `gamma` tokens per
         block (`adaspec.evaluation.hf_assisted`); None when HF cannot run it (the results say so instead of

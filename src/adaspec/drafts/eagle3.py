@@ -20,13 +20,19 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding.sampling import sample
+from adaspec.decoding.serving import CAPACITY_STEP, compile_options
 from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
-from adaspec.models.eagle3 import Eagle3Head, KVCache, shift_features, target_features
+from adaspec.models.eagle3 import Eagle3Head, KVCache, StaticKVCache, shift_features, target_features
 
 _last_features: dict[int, tuple] = {}  # id(target) -> (input_ids, attention_mask, layers, features)
+
+
+# the pair counts a compiled head step runs (one graph each; a step of fewer pairs is padded to the next): proposals
+# (1), catch-up after a block (accepted + 1), tree frontiers; a wider step (a prompt's catch-up) runs eager
+COMPILED_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 
 class Eagle3Draft(Draft):
@@ -42,6 +48,9 @@ class Eagle3Draft(Draft):
         self.model, self.vocab, self.target = head, vocab, target
         self.feature_cache = None  # a FeatureCache (adaspec.distill.feature_cache): read instead of the target
         self.target_layers = list(head.config.target_layers)
+        self.compiled_step = None  # `compile_steps`: the head's decoding steps compiled over a static cache
+        self.graphs = False  # ... and captured as CUDA graphs
+        self._static_caches: dict[int, StaticKVCache] = {}  # by capacity: a compiled step keeps their addresses
 
     @classmethod
     def load(cls, folder: str | Path, target: PreTrainedModel | None = None, dtype: torch.dtype | None = None
@@ -106,8 +115,40 @@ class Eagle3Draft(Draft):
             )
         return self.vocab.target_size
 
+    def compile_steps(self) -> bool:
+        """Decode with the head's steps compiled (`decode.draft_compile`), on a preallocated cache: CUDA graphs on a
+        CUDA GPU, inductor on the CPU (`adaspec.decoding.serving.compile_options`). Call after `to(device)`."""
+        device = self.model.fc.weight.device
+        self.graphs = device.type == "cuda"
+        self.compiled_step = torch.compile(self.model.decode_step, dynamic=False, **compile_options(device))
+        return True
+
+    @torch.inference_mode()
+    def warm_up(self, prompt_lengths: list[int]) -> None:
+        """Compile every step width (`COMPILED_WIDTHS`) on the cache of each prompt length's capacity now."""
+        if self.compiled_step is None:
+            return
+        weight = self.model.fc.weight
+        for capacity in sorted({self.static_cache(n + CAPACITY_STEP).capacity for n in prompt_lengths}):
+            session = self.start(torch.zeros(1, capacity - CAPACITY_STEP, dtype=torch.long), 1)
+            for width in COMPILED_WIDTHS:
+                features = torch.zeros(1, width, self.model.config.hidden_size, dtype=weight.dtype,
+                                       device=weight.device)
+                session._run(features, torch.zeros(1, width, dtype=torch.long, device=weight.device))
+                session.cache.crop(0)
+
+    def static_cache(self, pairs: int) -> StaticKVCache:
+        """The static cache that holds `pairs` pairs (capacities rounded up to CAPACITY_STEP), emptied."""
+        capacity = -(-pairs // CAPACITY_STEP) * CAPACITY_STEP
+        if capacity not in self._static_caches:
+            weight = self.model.fc.weight
+            self._static_caches[capacity] = StaticKVCache(self.model.config, capacity, weight.dtype, weight.device)
+        cache = self._static_caches[capacity]
+        cache.crop(0)
+        return cache
+
     def start(self, prompt: Tensor, width: int) -> _Eagle3Session:
-        return _Eagle3Session(self, width)
+        return _Eagle3Session(self, width, prompt.shape[1])
 
     def greedy_blocks(self, prompt: Tensor, tokens: list[int], width: int) -> GreedyBlocks:
         """The target's features of the whole greedy output come from one forward; a block at position p is
@@ -170,11 +211,51 @@ class _Eagle3Session:
     """The target's features of the context positions it has read (`features [F, 3H]`) and the head's KV
     cache of real pairs: pair i is (feature of position i-1, token i); pair 0 reads zeros."""
 
-    def __init__(self, draft: Eagle3Draft, width: int):
+    def __init__(self, draft: Eagle3Draft, width: int, prompt_length: int):
         self.draft, self.head, self.width = draft, draft.model, width
         self.features: Tensor | None = None
         self.feature_width = len(draft.target_layers) * self.head.config.hidden_size
-        self.cache = KVCache()
+        compiled = draft.compiled_step is not None
+        self.cache = draft.static_cache(prompt_length + CAPACITY_STEP) if compiled else KVCache()
+
+    def _run(self, features: Tensor, ids: Tensor, positions: Tensor | None = None,
+             tree_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The head over the pairs (`features [1, T, H]`, `ids [1, T]`) after its cache (`Eagle3Head.forward`),
+        compiled on a static cache when the draft is (`Eagle3Draft.compile_steps`): T padded to a compiled width
+        (`COMPILED_WIDTHS`; the padded pairs come after the real ones, see only themselves and are forgotten), or
+        eager on the same cache when T is wider (a prompt's catch-up)."""
+        if self.draft.compiled_step is None:
+            return self.head(features, ids, self.cache, positions=positions, tree_mask=tree_mask)
+        start, t = len(self.cache), ids.shape[1]
+        width = next((w for w in COMPILED_WIDTHS if w >= t), t)
+        if start + width > self.cache.capacity:  # a longer generation than the cache was sized for: a bigger one
+            self._grow(start + width)
+        device, capacity = ids.device, self.cache.capacity
+        slots = torch.arange(start, start + width, device=device)
+        keys = torch.arange(capacity, device=device)
+        if tree_mask is None:
+            positions, mask = slots, keys[None, :] <= slots[:, None]
+        else:
+            mask = torch.nn.functional.pad(tree_mask, (0, capacity - tree_mask.shape[1], 0, width - t))
+            mask[t:] = keys[None, :] == slots[t:, None]  # a padded pair sees only itself
+            positions = torch.cat([positions, positions[-1:].expand(width - t)])
+        if width > t:
+            features = torch.cat([features, features[:, -1:].expand(1, width - t, -1)], dim=1)
+            ids = torch.cat([ids, ids[:, -1:].expand(1, width - t)], dim=1)
+        step = self.draft.compiled_step if width in COMPILED_WIDTHS else self.head.decode_step
+        if self.draft.graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        out, logits = step(features, ids, positions, slots, mask, self.cache.keys, self.cache.values)
+        self.cache.length = start + t
+        out, logits = out[:, :t], logits[:, :t]
+        return (out.clone(), logits.clone()) if self.draft.graphs else (out, logits)  # a replay overwrites them
+
+    def _grow(self, pairs: int) -> None:
+        bigger = self.draft.static_cache(pairs + CAPACITY_STEP)
+        kept = len(self.cache)
+        bigger.keys[:, :, :kept] = self.cache.keys[:, :, :kept]
+        bigger.values[:, :, :kept] = self.cache.values[:, :, :kept]
+        bigger.length, self.cache = kept, bigger
 
     def read_target(self, features: Tensor) -> None:
         features = features.to(self.head.fc.weight.dtype)
@@ -192,7 +273,7 @@ class _Eagle3Session:
         if start == 0:  # pair 0 has no position before it: zeros
             zero = torch.zeros(1, self.feature_width, device=context.device, dtype=self.head.fc.weight.dtype)
             rows = zero if rows is None else torch.cat([zero, rows])
-        out, logits = self.head(self.head.project(rows)[None], context[start:pairs][None], self.cache)
+        out, logits = self._run(self.head.project(rows)[None], context[start:pairs][None])
         return out[0, -1], logits[0, -1]
 
     def propose(self, context: Tensor, gamma: int, temperature: float, generator: torch.Generator | None):
@@ -227,7 +308,7 @@ class _Eagle3Session:
             ids = self._to_target(torch.tensor([pool.tokens[node] for node in frontier], device=device))[None]
             mask = frontier_mask(pool, frontier, slots, len(self.cache), length).to(device)
             positions = torch.tensor([length - 1 + pool.depths[node] for node in frontier], device=device)
-            out, logits = self.head(features, ids, self.cache, positions=positions, tree_mask=mask)
+            out, logits = self._run(features, ids, positions=positions, tree_mask=mask)
             outs.update(zip(frontier, out[0], strict=True))
             return torch.log_softmax(logits[0, :, :support].float() / scale, dim=-1)
 
@@ -268,7 +349,7 @@ class _Eagle3Session:
             token = token if vocab is None else vocab.to_target(token)
             yield token, probs
             # the head goes on from its own output at the previous position
-            step_out, step_logits = self.head(out.view(1, 1, -1), token.view(1, 1), self.cache)
+            step_out, step_logits = self._run(out.view(1, 1, -1), token.view(1, 1))
             out, logits = step_out[0, -1], step_logits[0, -1]
 
     def rollback(self, length: int) -> None:

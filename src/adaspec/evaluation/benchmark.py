@@ -93,6 +93,8 @@ def benchmark(
             target.warm_up([entry.tree.nodes + 1], feature_layers=entry.draft.target_layers or None, tree=True)
     for served in target_only.values():  # they only decode target-only: one-token steps
         served.warm_up([1])
+    for entry in drafts:  # a compiled draft's steps (decode.draft_compile)
+        entry.draft.warm_up([ids.shape[1] for ids in prompts])
     drafts = [dataclasses.replace(e, compare_hf=e.compare_hf and e.tree is None
                                   and e.draft.hf_assisted_kwargs(gamma) is not None) for e in drafts]
 

@@ -20,7 +20,8 @@ from adaspec.toolkit import jsonable
 IDENTITY = "identity"
 SHOWN_DIFFERENCES = 3
 EVAL_KEYS_ADDED = {"timed_prompts": None, "tag_data": {}, "target_servings": []}  # with their defaults
-DECODE_KEYS_ADDED = {"target_dtype": "float32", "draft_dtype": "float32", "kv_cache": "dynamic", "compile": False}
+DECODE_KEYS_ADDED = {"target_dtype": "float32", "draft_dtype": "float32", "kv_cache": "dynamic", "compile": False,
+                     "draft_compile": False}
 # keys that results recorded before they existed lack, with the value those evaluations ran with (every task
 # was plain text before the chat format, and every target trained on the drafts' records before
 # target_n_train): `differences` takes a missing one for that value

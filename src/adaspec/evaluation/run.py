@@ -356,6 +356,9 @@ def trained_entries(
     for k, tag, path in draft_paths:
         draft = load_draft(path, attn, target=target).to(device).eval()
         draft.model.to(DTYPES[str(cfg.decode.draft_dtype)])
+        if cfg.decode.draft_compile and not draft.compile_steps():
+            print(f"[adaspec] evaluate: decode.draft_compile: {draft_name(k, tag=tag)} (a {draft.kind} draft) has no "
+                  f"compiled steps; it decodes eager")
         if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
             why = ("is an EAGLE-3 head, which HF assisted generation cannot run" if draft.kind == "eagle3" else
                    f"has a reduced vocabulary ({draft.describe()['draft_vocab_size']} tokens); HF assisted "

@@ -85,6 +85,40 @@ class KVCache:
             self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
 
 
+class StaticKVCache:
+    """The head's keys and values preallocated for `capacity` pairs `[1, kv_heads, capacity, head_dim]`, written in
+    place, so that a compiled step (`Eagle3Head.decode_step`) keeps its shapes and addresses from call to call (CUDA
+    graphs replay on the same tensors). `len` counts the pairs kept, on the host; cropping only lowers it, and
+    later steps overwrite what lies beyond."""
+
+    def __init__(self, config: Eagle3Config, capacity: int, dtype: torch.dtype, device: torch.device):
+        shape = (1, config.num_key_value_heads, capacity, config.head_dim)
+        with torch.inference_mode(False):  # normal tensors: decoding writes them in inference mode, a replay outside
+            self.keys = torch.zeros(shape, dtype=dtype, device=device)
+            self.values = torch.zeros(shape, dtype=dtype, device=device)
+        torch._dynamo.mark_static_address(self.keys)
+        torch._dynamo.mark_static_address(self.values)
+        self.capacity, self.length = capacity, 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
+class _SlotWriter:
+    """What `Attention` appends to in a `decode_step`: the static buffers, written at `slots`."""
+
+    def __init__(self, keys: Tensor, values: Tensor, slots: Tensor):
+        self.keys, self.values, self.slots = keys, values, slots
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self.keys.index_copy_(2, self.slots, k)
+        self.values.index_copy_(2, self.slots, v)
+        return self.keys, self.values
+
+
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -218,6 +252,15 @@ class Eagle3Head(PreTrainedModel):
         out = self.midlayer(self.embed_tokens(input_ids), features, positions, mask, cache)
         return out, self.lm_head(self.norm(out))
 
+
+    def decode_step(self, features: Tensor, input_ids: Tensor, positions: Tensor, slots: Tensor, mask: Tensor,
+                    keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """`forward` at inference on a `StaticKVCache`'s buffers `keys`/`values`, with every shape fixed by the
+        pairs T and the capacity and every index a tensor, so that one compiled graph serves every position: the
+        pairs are written at `slots [T]`, sit at `positions [T]` and see the keys `mask [T, capacity]` (bool)."""
+        cache = _SlotWriter(keys, values, slots)
+        out = self.midlayer(self.embed_tokens(input_ids), features, positions, mask[None, None], cache)
+        return out, self.lm_head(self.norm(out))
 
     def unrolled(self, features: Tensor, input_ids: Tensor, steps: int, attention_mask: Tensor | None = None,
                  rows: Tensor | None = None) -> list[Tensor]:
