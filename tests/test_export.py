@@ -58,7 +58,8 @@ def test_a_head_whose_target_layers_collide_is_refused(head_draft):
 
 
 def test_the_speculators_layout_has_its_names_shapes_and_id_maps(head_draft):
-    tensors = speculators_tensors(head_draft)
+    assert "embed_tokens.weight" not in speculators_tensors(head_draft)  # the server shares the target's
+    tensors = speculators_tensors(head_draft, embedding=True)
     expected = {  # speculators 0.9.0, Eagle3DraftModel (models/eagle3/core.py) over LlamaDecoderLayer
         "embed_tokens.weight": (V, H), "fc.weight": (H, 3 * H),
         "layers.0.self_attn.q_proj.weight": (HEADS * HEAD_DIM, 2 * H),
@@ -123,7 +124,7 @@ def speculators_first_layer_logits(config: dict, tensors: dict, features: torch.
 
 def test_the_exported_head_computes_on_transformers_llama_layer_what_it_computes_here(head_draft):
     config = speculators_config(head_draft, "t", {}, 3)
-    tensors = speculators_tensors(head_draft)
+    tensors = speculators_tensors(head_draft, embedding=True)
     features, input_ids = torch.randn(1, 9, 3 * H), torch.randint(0, V, (1, 9))
     with torch.no_grad():
         ours = head_draft.model(head_draft.model.project(features), input_ids)[1]
@@ -157,6 +158,10 @@ def test_make_export_writes_a_trained_head_with_its_provenance(tiny_cfg):
     head = Eagle3Head.from_pretrained(folder)
     exported = load_file(out / "model.safetensors")
     assert torch.equal(exported["layers.0.self_attn.q_proj.weight"], head.midlayer.self_attn.q_proj.weight)
+    assert "embed_tokens.weight" not in exported and provenance["embedding"].startswith("the target's")
+    embedded = export_main(["--stage", "ref", "--with-embedding", "--out", str(out.parent / "with-embedding"),
+                            *overrides])
+    assert torch.equal(load_file(embedded / "model.safetensors")["embed_tokens.weight"], head.embed_tokens.weight)
 
     with pytest.raises(UserError, match="--overwrite"):  # an export already there is kept
         export_main(["--stage", "ref", *overrides])
@@ -215,7 +220,8 @@ def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
     run_stage(tiny_cfg("stage=target", "stage.max_steps=6", llama, EAGLE3[-1]))
     cfg = tiny_cfg("stage=ref", *EAGLE3, "model.draft_vocab_size=64", llama)
     run_stage(cfg)
-    out = export_main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--out", str(tmp_path / "spec")])
+    out = export_main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--out", str(tmp_path / "spec"),
+                       "--with-embedding"])  # speculators' loader is strict: every tensor of its model
     python = SPECULATORS_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(SPECULATORS_VENV)], check=True)

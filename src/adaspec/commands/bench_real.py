@@ -38,6 +38,12 @@ and the results say so instead of timing it. `--draft FOLDER` benches any finish
 instead of draft-k<k>; repeated (`--draft h128=F1 --draft head=F2`), it benches several drafts against the
 same target-only runs, a row set per NAME (default: the stage folder's name; one unnamed draft is `trained`).
 
+`--vllm` adds greedy rows of vLLM's CPU build serving the same target, alone and with the first trained EAGLE-3
+head (exported as `make export` does, without the embedding copy), in float32 and bfloat16, one request at a time
+with the same prompt ids (`adaspec.vllm_serving`; its virtualenv is built on first use). vLLM runs in processes of
+its own before the project's rows, compiled as its CPU backend compiles by default, and its rows are against the
+same fastest target-only run, with the same paired interval.
+
 Results go to `bench/results/<name>.json` (atomically, after every temperature) and a table is printed.
 """
 
@@ -49,6 +55,7 @@ import math
 import random
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +91,12 @@ def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) ->
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
-                    pad_id=None, target_only=None, warm_widths=(), trees=None):
+                    pad_id=None, target_only=None, warm_widths=(), trees=None, vllm_runs=None):
     """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
     per draft and policy, and per draft and tree shape (`trees`: row name -> TreeShape, decoded with trees no
     deeper than the shape). Where HF can run a draft it also runs HF assisted generation at every fixed gamma
-    (`hf_assisted/*` in its row)."""
+    (`hf_assisted/*` in its row). `vllm_runs` ({(draft, policy): (results, vLLM's counters)}, `vllm_rows`) add
+    a row each, against the same fastest target-only run."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
     from adaspec.decoding import FixedGamma, aggregate
     from adaspec.decoding.exactness import first_divergence
@@ -156,7 +164,44 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             "expected_speedup": expected, "share_of_expected": rate / rates[own] / expected,
             "greedy_mismatches": mismatches(results), "greedy_mismatch_details": mismatch_details(results),
         })
+    for (draft_name, policy), (results, spec) in (vllm_runs or {}).items():
+        rate = tokens_per_s(results)
+        rows.append({
+            "temperature": temperature, "draft": draft_name, "policy": policy, "tokens_per_s": rate,
+            "target_only/tokens_per_s": rates[fastest], "fastest_target_only": fastest,
+            "target_only_by_serving/tokens_per_s": rates, "serving": draft_name,
+            "speedup_vs_target": rate / rates[fastest],
+            "speedup_vs_target_95": speedup_interval(results, target_runs[fastest]),
+            "greedy_mismatches": mismatches(results), "vllm_counts": spec,
+            "acceptance_length": None if spec is None else 1 + spec["accepted"] / max(spec["drafts"], 1),
+        })
     return rows
+
+
+def vllm_rows(target_folder: Path, draft_folders: dict[str, Path], prompts, stop: int, max_new_tokens: int,
+              gammas: list[int]) -> dict[tuple[str, str], tuple[list, dict | None]]:
+    """vLLM serving the target alone and with the first trained EAGLE-3 head (exported without its embedding), greedy,
+    in float32 and bfloat16: {(`vllm-<dtype>`, `plain` | `eagle3 fixed-<gamma>`): (results, vLLM's counters)}."""
+    # the export and vLLM's virtualenv load only with --vllm
+    from adaspec.export.exporter import export_draft, format_of
+    from adaspec.vllm_serving.serve import serve
+
+    heads = [folder for folder in draft_folders.values() if format_of(folder) == "speculators"]
+    ids = [p[0].tolist() for p in prompts]
+    runs: dict[tuple[str, str], tuple[list, dict | None]] = {}
+    with tempfile.TemporaryDirectory(prefix="adaspec-bench-vllm-") as tmp:
+        if heads:
+            export_draft(heads[0], Path(tmp) / "export", target_folder=target_folder)
+        for dtype in ("float32", "bfloat16"):
+            print(f"[adaspec] bench-real: vLLM, {dtype}: the target alone, then with the head at gammas {gammas}")
+            results, _, _ = serve(target_folder, ids, max_new_tokens=max_new_tokens, stop_token_id=stop, dtype=dtype,
+                                  compile=True)
+            runs[(f"vllm-{dtype}", "plain")] = results, None
+            for gamma in gammas if heads else []:
+                results, spec, _ = serve(target_folder, ids, max_new_tokens=max_new_tokens, stop_token_id=stop,
+                                         dtype=dtype, draft=Path(tmp) / "export", gamma=gamma, compile=True)
+                runs[(f"vllm-{dtype}", f"eagle3 fixed-{gamma}")] = results, spec
+    return runs
 
 
 def _cell(value) -> str:
@@ -192,6 +237,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--servings", type=lambda s: [x for x in s.split(",") if x], default=["float32"],
                         help="further target-only configurations timed beside it; speed-ups are against the fastest")
     parser.add_argument("--draft-dtype", default=None, help="the trained draft's dtype (default: decode.draft_dtype)")
+    parser.add_argument("--vllm", action="store_true",
+                        help="greedy rows of vLLM serving the target, plain and with the first trained EAGLE-3 head, "
+                             "in float32 and bfloat16 (its CPU build, in .cache/vllm-venv; adaspec.vllm_serving)")
+    parser.add_argument("--vllm-gammas", type=lambda s: [int(g) for g in s.split(",")], default=[3, 5],
+                        help="vLLM's num_speculative_tokens for its head rows")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
     return parser.parse_args(argv)
@@ -313,10 +363,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     out = args.out / f"{args.name}.json"
     stop = stop_token_id(tokenizer, fmt)
+    vllm = vllm_rows(target_folder, draft_folders, prompts, stop, args.max_new_tokens, args.vllm_gammas) \
+        if args.vllm else {}
     for temperature in args.temperatures:
         payload["rows"] += run_temperature(target, drafts, prompts, stop, policies, temperature,
                                            args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id,
-                                           target_only=target_only, warm_widths=warm_widths, trees=trees)
+                                           target_only=target_only, warm_widths=warm_widths, trees=trees,
+                                           vllm_runs=vllm if temperature == 0 else None)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
                "speedup_vs_target", "speedup_vs_target_95", "speedup_vs_same_serving", "expected_speedup",

@@ -2,6 +2,7 @@
 
     python -m adaspec.export [--draft FOLDER | --stage draft|ref [--k 0.4]] [--out DIR] [--target FOLDER]
                              [--verifier NAME] [--gamma 3] [--dtype float32|bfloat16|float16] [--overwrite]
+                             [--with-embedding]
                              [hydra overrides naming the trained draft, as for stages 2-3 ...]
 
 An EAGLE-3 head goes out in vllm-project/speculators' format (vLLM: `--speculative-config
@@ -34,6 +35,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gamma", type=int, default=3, help="speculative tokens an EAGLE-3 export proposes")
     parser.add_argument("--dtype", choices=DTYPES, default=None, help="cast the weights (default: as trained)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
+    parser.add_argument("--with-embedding", action="store_true",
+                        help="an EAGLE-3 head carries its copy of the target's embedding (vLLM shares the target's)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the draft, e.g. model=smollm2 task=gsm8k")
     args = parser.parse_args(argv)
     if args.gamma < 1:
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> Path:
     dtype = None if args.dtype is None else getattr(torch, args.dtype)
     out = args.out or folder.parent / f"export-{format_of(folder)}"
     form = export_draft(folder, out, target_folder=args.target, verifier=args.verifier,
-                        speculative_tokens=args.gamma, dtype=dtype, overwrite=args.overwrite)
+                        speculative_tokens=args.gamma, dtype=dtype, overwrite=args.overwrite,
+                        embedding=args.with_embedding)
     print(f"[adaspec] export: {folder} -> {out} ({form} format)")
     return out
 

@@ -31,11 +31,13 @@ def default_target(draft_folder: Path) -> Path:
 
 
 def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = None, verifier: str | None = None,
-                 speculative_tokens: int = 3, dtype: torch.dtype | None = None, overwrite: bool = False) -> str:
+                 speculative_tokens: int = 3, dtype: torch.dtype | None = None, overwrite: bool = False,
+                 embedding: bool = False) -> str:
     """Export the draft artefact at `draft_folder` (a stage's `final/`) to `out`; the format it was written in.
     `target_folder`: the target artefact it was trained against (default: beside it in the run), whose
     config names the verifier's architecture; `verifier`: the name a server finds the target by (default:
-    that folder)."""
+    that folder); `embedding`: an EAGLE-3 head's export carries its copy of the target's embedding (by default
+    the server shares the target's)."""
     draft_folder = Path(draft_folder)
     meta = verify_weights(draft_folder, rerun="the stage that wrote it")
     target_folder = Path(target_folder) if target_folder is not None else default_target(draft_folder)
@@ -56,7 +58,7 @@ def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = 
 
         def write(folder: Path) -> None:
             (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-            save_file(speculators_tensors(draft), folder / "model.safetensors", metadata={"format": "pt"})
+            save_file(speculators_tensors(draft, embedding), folder / "model.safetensors", metadata={"format": "pt"})
     elif isinstance(draft, ModelDraft):
         # each format's writer is imported only for the kind being exported
         from transformers import AutoTokenizer
@@ -78,6 +80,8 @@ def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = 
         provenance = {"format": form, "source": str(draft_folder.resolve()), "artefact": meta,
                       "target": str(target_folder.resolve()), "verifier": verifier,
                       "dtype": None if dtype is None else str(dtype).removeprefix("torch.")}
+        if form == "speculators":
+            provenance["embedding"] = "included" if embedding else "the target's, shared by the server"
         (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
 
     write_atomically(out, fill)

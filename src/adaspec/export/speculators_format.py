@@ -72,11 +72,15 @@ def speculators_config(draft: Eagle3Draft, verifier: str, verifier_config: dict[
     }
 
 
-def speculators_tensors(draft: Eagle3Draft) -> dict[str, Tensor]:
-    """The head's weights under speculators' names, with the id maps of a reduced vocabulary."""
+def speculators_tensors(draft: Eagle3Draft, embedding: bool = False) -> dict[str, Tensor]:
+    """The head's weights under speculators' names, with the id maps of a reduced vocabulary. The token embedding
+    is the target's own, frozen (`Eagle3Head.from_target`): left out unless `embedding`, since vLLM shares the
+    target's when a checkpoint has none (`has_own_embed_tokens`), and it is most of the file (28.3M parameters
+    of SmolLM2's 49,152 x 576)."""
     tensors = {
         name.replace("midlayer.", "layers.0.", 1): value.detach().contiguous()
         for name, value in draft.model.state_dict().items()
+        if embedding or name != "embed_tokens.weight"
     }
     if draft.vocab is not None:
         d2t = draft.vocab.draft_to_target.cpu()
