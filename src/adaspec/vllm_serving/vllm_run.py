@@ -32,6 +32,7 @@ def counters(llm) -> dict:
 def main() -> None:
     with open(sys.argv[1]) as fh:
         request = json.load(fh)
+    # after the request is read: a bad request fails before vLLM's slow import
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
