@@ -19,9 +19,10 @@ TARGET = ["model.target.num_hidden_layers=8", "model.target.architecture=llama",
 HEAD = ["model.draft_kind=eagle3", "stage.max_steps=20", "stage.monitor_every_n_steps=0", "pretrain=none", *TARGET]
 
 
-@pytest.mark.slow
-def test_vllm_serves_the_exported_head_and_decodes_as_the_target(tiny_cfg, tmp_path):
-    from adaspec.commands import serve_check
+@pytest.fixture
+def tiny_head(tiny_cfg):
+    """The config of a tiny target and its reference head, trained; skipped with vLLM's one line where its CPU build
+    cannot be installed."""
     from adaspec.vllm_serving.venv import vllm_python
 
     try:
@@ -31,6 +32,14 @@ def test_vllm_serves_the_exported_head_and_decodes_as_the_target(tiny_cfg, tmp_p
     run_stage(tiny_cfg("stage=target", "stage.max_steps=30", *TARGET))
     cfg = tiny_cfg("stage=ref", *HEAD)
     run_stage(cfg)
+    return cfg
+
+
+@pytest.mark.slow
+def test_vllm_serves_the_exported_head_and_decodes_as_the_target(tiny_head, tmp_path):
+    from adaspec.commands import serve_check
+
+    cfg = tiny_head
     figures = tmp_path / "serve-check.json"
     status = serve_check.main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--prompts", "4", "--gamma", "3",
                                "--max-new-tokens", "24", "--json", str(figures)])
@@ -41,18 +50,11 @@ def test_vllm_serves_the_exported_head_and_decodes_as_the_target(tiny_cfg, tmp_p
 
 
 @pytest.mark.slow
-def test_bench_real_times_vllm_plain_and_with_the_head_against_the_same_target_only_run(tiny_cfg, tmp_path):
+def test_bench_real_times_vllm_plain_and_with_the_head_against_the_same_target_only_run(tiny_head, tmp_path):
     from adaspec.commands import bench_real
-    from adaspec.vllm_serving.venv import vllm_python
     from tests.conftest import TINY
 
-    try:
-        vllm_python()
-    except UserError as error:
-        pytest.skip(str(error))
-    run_stage(tiny_cfg("stage=target", "stage.max_steps=30", *TARGET))
-    cfg = tiny_cfg("stage=ref", *HEAD)
-    run_stage(cfg)
+    cfg = tiny_head
     payload = bench_real.main(["--vllm", "--vllm-gammas", "2", "--prompts", "2", "--max-new-tokens", "12",
                                "--gammas", "2", "--temperatures", "0", "--no-adaptive", "--threads", "1",
                                "--out", str(tmp_path), "--draft", str(paths.final(paths.ref_dir(cfg))), *TINY,
