@@ -150,7 +150,7 @@ class Served:
         cache, emptied: the previous generation's is gone)."""
         if self.serving.kv_cache == "dynamic":
             return DynamicCache(config=self.config)
-        rounded = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
+        rounded = rounded_capacity(capacity)
         if rounded not in self._static_caches:
             self._static_caches[rounded] = StaticCache(config=self.config, max_cache_len=rounded)
         cache = self._static_caches[rounded]
@@ -260,6 +260,11 @@ class Served:
             else:
                 self.step_with_features(ids, cache, feature_layers)
         return dict(self.compile_seconds)
+
+
+def rounded_capacity(positions: int) -> int:
+    """A preallocated cache's capacity for `positions`: rounded up to CAPACITY_STEP, so one graph serves many."""
+    return -(-positions // CAPACITY_STEP) * CAPACITY_STEP
 
 
 def compile_options(device: torch.device) -> dict[str, str]:

@@ -20,7 +20,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding.sampling import sample
-from adaspec.decoding.serving import CAPACITY_STEP, compile_options
+from adaspec.decoding.serving import CAPACITY_STEP, compile_options, rounded_capacity
 from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
@@ -139,7 +139,7 @@ class Eagle3Draft(Draft):
 
     def static_cache(self, pairs: int) -> StaticKVCache:
         """The static cache that holds `pairs` pairs (capacities rounded up to CAPACITY_STEP), emptied."""
-        capacity = -(-pairs // CAPACITY_STEP) * CAPACITY_STEP
+        capacity = rounded_capacity(pairs)
         if capacity not in self._static_caches:
             weight = self.model.fc.weight
             self._static_caches[capacity] = StaticKVCache(self.model.config, capacity, weight.dtype, weight.device)
