@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
 
 
@@ -50,17 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     from adaspec.data.tasks import load_task
     from adaspec.decoding import FixedGamma, speculative_generate, target_generate
     from adaspec.drafts import load_draft
-    from adaspec.export.exporter import default_target, export_draft, format_of
+    from adaspec.export.exporter import default_target, export_draft, format_of, trained_folder
     from adaspec.machine import describe_machine
     from adaspec.models.build import load_model
-    from adaspec.toolkit import checked_config, write_json_atomically
+    from adaspec.toolkit import write_json_atomically
     from adaspec.vllm_serving.counting import compare, counted_like_vllm
     from adaspec.vllm_serving.serve import serve
 
-    if args.draft is not None:
-        folder = args.draft
-    else:
-        folder = paths.final(paths.draft_dir(checked_config(*args.overrides, "stage=draft", f"k={args.k}")))
+    folder = trained_folder(args.draft, args.overrides, "draft", args.k)
     if not (folder / "config.json").is_file():
         raise UserError(f"no trained head in {folder}: train it first (make demo-real) or pass --draft")
     cfg = OmegaConf.load(folder / "config.yaml")

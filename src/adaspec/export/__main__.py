@@ -18,7 +18,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from adaspec import paths
 from adaspec.errors import UserError, reported_as_one_line
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -51,14 +50,9 @@ def main(argv: list[str] | None = None) -> Path:
     # imported after the arguments are parsed, so --help and argument errors answer at once
     import torch
 
-    from adaspec.export.exporter import export_draft, format_of
-    from adaspec.toolkit import checked_config
+    from adaspec.export.exporter import export_draft, format_of, trained_folder
 
-    if args.draft is not None:
-        folder = args.draft
-    else:
-        cfg = checked_config(*args.overrides, f"stage={args.stage}", f"k={args.k}")
-        folder = paths.final(paths.draft_dir(cfg) if args.stage == "draft" else paths.ref_dir(cfg))
+    folder = trained_folder(args.draft, args.overrides, args.stage, args.k)
     if not (folder / "config.json").is_file():
         raise UserError(f"no trained draft in {folder}: train it first (make stage2/stage3 ARGS=...) or pass --draft")
     dtype = None if args.dtype is None else getattr(torch, args.dtype)

@@ -14,6 +14,7 @@ from adaspec.artefacts import read_meta, verify_weights, write_atomically
 from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
 from adaspec.errors import UserError
 from adaspec.models.eagle3 import Eagle3Config
+from adaspec.toolkit import checked_config
 
 PROVENANCE = "adaspec_export.json"
 
@@ -22,6 +23,15 @@ def format_of(draft_folder: Path) -> str:
     """The format a draft artefact exports to, by its kind (its config.json's `model_type`)."""
     kind = json.loads((Path(draft_folder) / "config.json").read_text()).get("model_type")
     return "speculators" if kind == Eagle3Config.model_type else "hf"
+
+
+def trained_folder(draft: Path | None, overrides: list[str], stage: str = "draft", k: float = 0.4) -> Path:
+    """The trained artefact a command names: `draft` (a final/ folder) as given, else the `final/` of `stage`
+    (`draft`: draft-k<k>; `ref`) of the config `overrides` compose."""
+    if draft is not None:
+        return draft
+    cfg = checked_config(*overrides, f"stage={stage}", f"k={k}")
+    return paths.final(paths.draft_dir(cfg) if stage == "draft" else paths.ref_dir(cfg))
 
 
 def default_target(draft_folder: Path) -> Path:
