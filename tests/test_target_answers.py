@@ -89,7 +89,7 @@ def test_stages_train_on_the_finished_target_answers_only(setup):
     finished = [saved[i]["answer"] for i in range(N_TRAIN) if saved[i]["stopped"]]
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
     cache = TeacherCache(paths.teacher_cache_dir(c))
-    assert paths.teacher_cache_dir(c).name == "target-answers-topk8"
+    assert paths.teacher_cache_dir(c).name == f"target-answers-n{N_TRAIN}-topk8"
     counts = np.diff(cache.offsets)[: len(finished)].tolist()
     assert counts == [len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in finished]
     held_out = [saved[N_TRAIN + j]["answer"] for j in range(c.task.n_val) if saved[N_TRAIN + j]["stopped"]]

@@ -129,15 +129,20 @@ def teacher_cache_dir(cfg: DictConfig) -> Path:
     """The teacher cache belongs to the target it was computed from."""
     d = cfg.distill
     name = "exact" if d.cache_mode == "exact" else f"topk{d.cache_topk}"
-    if fixed_answers(d) == "target":  # the target's own answers: other tokens, another cache
-        name = f"target-answers-{name}"
-    return target_dir(cfg) / "teacher_cache" / name
+    return target_dir(cfg) / "teacher_cache" / f"{_answers_prefix(cfg)}{name}"
 
 
 def feature_cache_dir(cfg: DictConfig, layers: list[int]) -> Path:
     """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same data."""
-    prefix = "target-answers-" if fixed_answers(cfg.distill) == "target" else ""
-    return target_dir(cfg) / "feature_cache" / f"{prefix}layers{'-'.join(str(i) for i in layers)}"
+    return target_dir(cfg) / "feature_cache" / f"{_answers_prefix(cfg)}layers{'-'.join(str(i) for i in layers)}"
+
+
+def _answers_prefix(cfg: DictConfig) -> str:
+    """Caches over the target's own answers (other tokens than the dataset's) say so, and how many training
+    problems they cover: demo-real's first 500 and the whole answer set are other data for one target."""
+    if fixed_answers(cfg.distill) != "target":
+        return ""
+    return f"target-answers-n{cfg.task.n_train if cfg.task.n_train is not None else 'all'}-"
 
 
 def target_answers_dir(cfg: DictConfig) -> Path:

@@ -211,7 +211,7 @@ def test_the_beyond_the_paper_plan_shares_the_paper_runs_reference_and_evaluates
     paper_drafts = {paths.draft_dir(c) for c in paper if c.stage.name == "draft" and c.stage.tag == ""}
     assert paper_drafts < trained
     caches = {paths.teacher_cache_dir(c) for s, c in zip(steps, configs, strict=True) if s.kind == "cache"}
-    assert {p.name for p in caches} == {"target-answers-topk64", "topk64"}
+    assert {p.name for p in caches} == {"target-answers-n500-topk64", "topk64"}
     assert {p.parent.parent for p in caches} == {paths.target_dir(paper_ref)}  # the one target's caches
     evaluation = next(c for s, c in zip(steps, configs, strict=True) if s.kind == "eval")
     ev = evaluation.eval
