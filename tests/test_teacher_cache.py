@@ -123,3 +123,13 @@ def test_a_cut_cache_file_is_refused_naming_it_and_the_fix(trained, tmp_path):
     (features / "features.f16").write_bytes(b"\0" * 60)  # 10 x 4 float16 needs 80
     with pytest.raises(UserError, match="features.f16 holds 60 bytes where its cache's metadata needs 80"):
         FeatureCache(features)
+
+
+def test_the_caches_pass_runs_batches_of_similar_length_and_covers_every_example_once():
+    from adaspec.data.encoding import Encoded, by_length
+
+    lengths = [5, 9, 2, 9, 7, 1, 4]
+    encoded = [Encoded(input_ids=[1] * n, labels=[1] * n, index=i) for i, n in enumerate(lengths)]
+    batches = by_length(encoded, 3)
+    assert batches == [[1, 3, 4], [0, 6, 2], [5]]  # longest first, ties in order
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))

@@ -104,6 +104,13 @@ def collate(batch: list[Encoded], pad_id: int) -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention_mask, "index": index}
 
 
+def by_length(encoded: list[Encoded], batch_size: int) -> list[list[int]]:
+    """Positions of `encoded` in batches of similar length, longest first: a pass that writes each example's
+    result at its own place (the caches) pads almost nothing instead of a quarter of every batch."""
+    order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i].input_ids), i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def left_padded(prompts: list[list[int]], pad_id: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask) of `prompts` padded on the left, as batched generation needs: every
     prompt ends at the last column, where the new tokens begin."""

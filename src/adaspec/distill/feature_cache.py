@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from adaspec.artefacts import write_atomically
-from adaspec.data.encoding import collate
+from adaspec.data.encoding import by_length, collate
 from adaspec.distill.mapped_array import mapped
 from adaspec.errors import UserError
 from adaspec.models.eagle3 import target_features
@@ -74,13 +74,12 @@ def write_feature_cache(target, encoded, layers: list[int], folder: Path, identi
     def fill(tmp: Path) -> None:
         np.save(tmp / "offsets.npy", offsets)
         features = np.memmap(tmp / "features.f16", dtype=np.float16, mode="w+", shape=(int(offsets[-1]), width))
-        for start in tqdm(range(0, len(encoded), batch_size), desc="feature cache", disable=not progress):
-            chunk = encoded[start : start + batch_size]
-            batch = collate(chunk, pad_id)
+        for chunk in tqdm(by_length(encoded, batch_size), desc="feature cache", disable=not progress):
+            batch = collate([encoded[i] for i in chunk], pad_id)
             out = target(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
                          output_hidden_states=True, logits_to_keep=1)
             values = target_features(out.hidden_states, layers).float().cpu().numpy().astype(np.float16)
-            for b, i in enumerate(range(start, start + len(chunk))):
+            for b, i in enumerate(chunk):
                 features[offsets[i] : offsets[i + 1]] = values[b, : lengths[i]]
         features.flush()
         meta = {"rows": int(offsets[-1]), "width": width, "layers": list(layers), "identity": identity,

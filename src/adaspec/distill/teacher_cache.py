@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
 from adaspec.artefacts import write_atomically
-from adaspec.data.encoding import collate
+from adaspec.data.encoding import by_length, collate
 from adaspec.distill.mapped_array import mapped
 from adaspec.distill.tokens import answer_logits, answer_mask
 from adaspec.errors import UserError
@@ -165,23 +165,28 @@ def write_teacher_cache(
             top_lp = np.memmap(tmp / "top_logprobs.f16", dtype=np.float16, mode="w+", shape=(rows, spec.topk))
             top_ids = np.memmap(tmp / "top_ids.i32", dtype=np.int32, mode="w+", shape=(rows, spec.topk))
             rest = np.memmap(tmp / "rest_mass.f32", dtype=np.float32, mode="w+", shape=(rows,))
-        row = 0
-        starts = range(0, len(encoded), batch_size)
-        for start in tqdm(starts, desc=f"teacher cache ({spec.name})", disable=not progress):
-            batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
+        written = 0
+        for chunk in tqdm(by_length(encoded, batch_size), desc=f"teacher cache ({spec.name})", disable=not progress):
+            batch = {k: v.to(device) for k, v in collate([encoded[i] for i in chunk], pad_id).items()}
             mask = answer_mask(batch["labels"])
             logits = target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            logp = F.log_softmax(answer_logits(logits, mask).float(), dim=-1)
-            n = logp.shape[0]
+            logp = F.log_softmax(answer_logits(logits, mask).float(), dim=-1)  # the batch's answer rows in order
             if spec.mode == "exact":
-                logprobs[row : row + n] = logp.cpu().numpy().astype(np.float16)
+                columns = [(logprobs, logp.cpu().numpy().astype(np.float16))]
             else:
                 values, ids = logp.topk(spec.topk, dim=-1)
-                top_lp[row : row + n] = values.cpu().numpy().astype(np.float16)
-                top_ids[row : row + n] = ids.cpu().numpy().astype(np.int32)
-                rest[row : row + n] = (1 - values.exp().sum(-1)).clamp_min(0).cpu().numpy()
-            row += n
-        assert row == rows, (row, rows)
+                columns = [(top_lp, values.cpu().numpy().astype(np.float16)),
+                           (top_ids, ids.cpu().numpy().astype(np.int32)),
+                           (rest, (1 - values.exp().sum(-1)).clamp_min(0).cpu().numpy())]
+            first = 0
+            for i in chunk:  # each example's rows at its own offsets
+                n = int(counts[i])
+                for array, computed in columns:
+                    array[offsets[i] : offsets[i] + n] = computed[first : first + n]
+                first += n
+            assert first == logp.shape[0], (first, logp.shape)
+            written += first
+        assert written == rows, (written, rows)
         for array in ([logprobs] if spec.mode == "exact" else [top_lp, top_ids, rest]):
             array.flush()
         meta = {"mode": spec.mode, "topk": spec.topk, "rows": rows, "vocab": vocab, "identity": identity,
