@@ -21,7 +21,7 @@ def recipe(target: str = "demo-real") -> list[tuple[str, list[str]]]:
         pytest.skip(f"needs make (the recipe is read from `make -n {target}`)")
     printed = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, check=True)
     commands = []
-    for line in printed.stdout.splitlines():
+    for line in printed.stdout.replace("\\\n", " ").splitlines():  # a recipe line continued with a backslash
         words = shlex.split(line)
         if "-m" in words and words[words.index("-m") + 1].startswith("adaspec."):
             at = words.index("-m") + 1
@@ -47,6 +47,9 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     # the reference and the AdaSPEC head train alike (but for the selection), under bfloat16 autocast
     assert {**ref.stage, "name": "draft"} == {**draft04.stage} and ref.trainer == draft04.trainer
     assert ref.trainer.precision == "bf16-mixed"
+    # on every answer of the target but the 64 validating ones, for a step budget, stopping early on a plateau
+    assert ref.task.n_train + ref.task.n_val == 7473 and ref.stage.max_steps > 0
+    assert ref.stage.early_stop_patience > 0 and ref.stage.val_every_n_steps > 0
     assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
     assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(evaluation)
     # DistillSpec is the reference itself (tests/evaluation/test_reference_row.py): evaluated, not retrained
@@ -70,8 +73,10 @@ def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_an
     assert ref.pretrain.objective == "kd"  # so the reference starts from stage 0's draft
     for cfg in (ref, draft04, draft1, evaluation):
         assert cfg.model.draft_kind == "model"
-    assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache) == paths.teacher_cache_dir(heads)
-    assert paths.target_dir(ref) == paths.target_dir(heads)  # the same target, answers and teacher cache ...
+    assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
+    # the same target and answers; the heads' cache covers all 7,409 problems, the drafts' the first 500 ...
+    assert paths.target_dir(ref) == paths.target_dir(heads) and ref.task.n_train == 500
+    assert paths.teacher_cache_dir(heads) == paths.teacher_cache_dir(ref).with_name("target-answers-n7409-topk64")
     assert paths.ref_dir(heads) == paths.ref_dir(ref).with_name("ref-eagle3-target-answers")  # ... never a draft
     assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(draft1)
     assert {paths.draft_dir(evaluation, k) for k in evaluation.eval.draft_ks} == {
@@ -92,3 +97,18 @@ def test_bench_real_reads_demo_real_drafts_and_serves_them_as_the_readme_measure
     # chains against trees and the hybrid, on the issue's 20 prompts
     assert args.prompts == 20 and args.gammas == [3] and {"k4-d5-n16", "k4-d5-n16+lookup"} <= set(args.trees)
     assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))  # the reference's command
+
+
+def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and_caches():
+    commands = [(m, o) for m, o in recipe("head-convergence") if m != "adaspec.commands.models"]
+    modules = [m for m, _ in commands]
+    assert modules == ["adaspec.commands.train", "adaspec.commands.answers", "adaspec.commands.cache",
+                       "adaspec.commands.train", "adaspec.commands.curves"]
+    long_ref = checked_config(*commands[3][1])
+    demo_ref = checked_config(*recipe()[4][1])
+    assert long_ref.stage.max_steps > demo_ref.stage.max_steps and long_ref.stage.early_stop_patience == 0
+    assert long_ref.task == demo_ref.task and long_ref.distill == demo_ref.distill and long_ref.model == demo_ref.model
+    assert paths.teacher_cache_dir(long_ref) == paths.teacher_cache_dir(demo_ref)
+    assert paths.ref_dir(long_ref) != paths.ref_dir(demo_ref)  # beside demo-real's head, not over it
+    curves = commands[4][1]
+    assert str(paths.ref_dir(long_ref)) in curves[curves.index("--run") + 1]
