@@ -102,8 +102,10 @@ def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_o
     run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
     cfg = tiny_cfg("stage=ref", *EAGLE3, "distill.teacher=cache")
     build_cache(cfg)
+    (folder,) = (paths.target_dir(cfg) / "feature_cache").iterdir()  # filled by the teacher cache's forward ...
+    made = (folder / "features.f16").stat().st_mtime_ns
     final = run_stage(cfg)
-    (folder,) = (paths.target_dir(cfg) / "feature_cache").iterdir()
+    assert (folder / "features.f16").stat().st_mtime_ns == made  # ... and read by stage 2, not built again
     head = load_draft(final, target=load_model(paths.final(paths.target_dir(cfg))))
     assert folder.name == "layers" + "-".join(str(i) for i in head.target_layers)
     batch = shuffled_batch(cfg)
@@ -206,3 +208,30 @@ def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):
     assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
     saved = OmegaConf.load(paths.final(paths.draft_dir(cfg, 0.4)) / "config.yaml")
     assert saved.distill.ttt_passes == 3 and saved.model.draft_kind == "eagle3"  # the config it trained with
+
+
+def test_the_teacher_caches_forward_writes_the_same_features_as_a_pass_of_their_own(tiny_cfg):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from adaspec.artefact_rules import cache_identity
+    from adaspec.data.datamodule import TaskDataModule
+    from adaspec.data.tasks import load_task
+    from adaspec.distill.feature_cache import feature_identity, write_feature_cache
+
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=5"))
+    cfg = tiny_cfg("stage=ref", *EAGLE3, "distill.teacher=cache")
+    build_cache(cfg)
+    (shared,) = (paths.target_dir(cfg) / "feature_cache").iterdir()
+    target_final = paths.final(paths.target_dir(cfg))
+    tokenizer = AutoTokenizer.from_pretrained(str(target_final))
+    data = TaskDataModule(tokenizer, load_task(cfg.task), batch_size=cfg.stage.batch_size,
+                          max_length=cfg.task.max_length, n_val=cfg.task.n_val, seed=cfg.seed)
+    encoded = data.train_set + data.val_set
+    layers = FeatureCache(shared).meta["layers"]
+    own = write_feature_cache(load_model(target_final), encoded, layers, shared.with_name("own"),
+                              feature_identity(cache_identity(cfg, encoded), layers), batch_size=cfg.stage.batch_size,
+                              pad_id=tokenizer.pad_token_id, progress=False)
+    assert FeatureCache(shared).meta == own.meta
+    assert np.array_equal(np.asarray(FeatureCache(shared).features), np.asarray(own.features))
+    assert np.array_equal(FeatureCache(shared).offsets, own.offsets)

@@ -3,6 +3,7 @@ target run once over the task's training split, or a smaller top-K cut from a la
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -10,9 +11,11 @@ from transformers import AutoTokenizer
 
 from adaspec import paths
 from adaspec.artefact_rules import cache_identity, require_artefact
+from adaspec.artefacts import write_atomically
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.target_answers import ensure_target_answers, training_splits
 from adaspec.data.tasks import load_task
+from adaspec.distill.feature_cache import FeatureSink, feature_cache_bytes, feature_identity
 from adaspec.distill.teacher_cache import (
     CacheSpec,
     TeacherCache,
@@ -23,6 +26,7 @@ from adaspec.distill.teacher_cache import (
 )
 from adaspec.errors import UserError
 from adaspec.models.build import freeze, load_model
+from adaspec.models.eagle3 import eagle3_layers
 from adaspec.toolkit import device_for
 
 
@@ -66,15 +70,30 @@ def build_cache(cfg: DictConfig) -> Path:
     print(
         f"[adaspec] cache: {spec.name} teacher signal for {rows} answer tokens, {size / 2**20:.1f} MiB -> {folder}"
     )
-    return write_teacher_cache(
-        target,
-        encoded,
-        folder,
-        spec,
-        identity,
-        batch_size=cfg.stage.batch_size,
-        pad_id=tokenizer.pad_token_id,
-    )
+    write = partial(write_teacher_cache, target, encoded, folder, spec, identity, batch_size=cfg.stage.batch_size,
+                    pad_id=tokenizer.pad_token_id)
+    layers = head_feature_layers(cfg, target)
+    features = paths.feature_cache_dir(cfg, layers) if layers else None
+    if features is None or features.exists():
+        return write()
+    print(f"[adaspec] feature cache: layers {layers} from the same forward, "
+          f"{feature_cache_bytes(encoded, len(layers) * target.config.hidden_size) / 2**20:.1f} MiB -> {features}")
+
+    def fill(tmp: Path) -> None:  # the feature cache is kept only when the teacher cache was written
+        sink = FeatureSink(tmp, encoded, layers, target.config.hidden_size)
+        write(features=sink)
+        sink.finish(feature_identity(identity, layers))
+
+    write_atomically(features, fill)
+    return folder
+
+
+def head_feature_layers(cfg: DictConfig, target) -> list[int] | None:
+    """The target layers an EAGLE-3 head of this config reads (the head's own choice, eagle3_layers), so the
+    teacher cache's forward fills its feature cache too and stage 2 finds it built; None for other drafts."""
+    if str(cfg.model.draft_kind) != "eagle3" or cfg.distill.teacher != "cache":
+        return None
+    return eagle3_layers(target.config.num_hidden_layers)
 
 
 def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):

@@ -62,29 +62,51 @@ class FeatureCache:
         return out.to(attention_mask.device)
 
 
+class FeatureSink:
+    """Writes the features of `layers` into a folder being filled, batch by batch, each example at its offsets:
+    `write_feature_cache` feeds it from a pass of its own, the teacher cache's pass from the same forward."""
+
+    def __init__(self, tmp: Path, encoded, layers: list[int], hidden_size: int):
+        self.tmp, self.layers = Path(tmp), list(layers)
+        self.lengths = np.array([len(e.input_ids) for e in encoded], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.width = len(layers) * hidden_size
+        np.save(self.tmp / "offsets.npy", self.offsets)
+        self.features = np.memmap(self.tmp / "features.f16", dtype=np.float16, mode="w+",
+                                  shape=(int(self.offsets[-1]), self.width))
+
+    def add(self, chunk: list[int], hidden_states) -> None:
+        """The batch of examples `chunk` (right-padded, in that order) and the target's hidden states on it."""
+        values = target_features(hidden_states, self.layers).float().cpu().numpy().astype(np.float16)
+        for b, i in enumerate(chunk):
+            self.features[self.offsets[i] : self.offsets[i + 1]] = values[b, : self.lengths[i]]
+
+    def finish(self, identity: dict) -> None:
+        self.features.flush()
+        meta = {"rows": int(self.offsets[-1]), "width": self.width, "layers": self.layers, "identity": identity,
+                "examples": len(self.lengths)}
+        (self.tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+
+def feature_identity(data_identity: dict, layers: list[int]) -> dict:
+    """A feature cache's identity: its data's (adaspec.artefact_rules.cache_identity) and the layers."""
+    return {**data_identity, "layers": "-".join(str(i) for i in layers)}
+
+
 @torch.inference_mode()
 def write_feature_cache(target, encoded, layers: list[int], folder: Path, identity: dict, *, batch_size: int,
                         pad_id: int, progress: bool = True) -> FeatureCache:
     """Run `target` once over `encoded` and write the features of `layers` atomically into `folder`."""
-    lengths = np.array([len(e.input_ids) for e in encoded], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    width = len(layers) * target.config.hidden_size
     device = next(target.parameters()).device
 
     def fill(tmp: Path) -> None:
-        np.save(tmp / "offsets.npy", offsets)
-        features = np.memmap(tmp / "features.f16", dtype=np.float16, mode="w+", shape=(int(offsets[-1]), width))
+        sink = FeatureSink(tmp, encoded, layers, target.config.hidden_size)
         for chunk in tqdm(by_length(encoded, batch_size), desc="feature cache", disable=not progress):
             batch = collate([encoded[i] for i in chunk], pad_id)
             out = target(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
                          output_hidden_states=True, logits_to_keep=1)
-            values = target_features(out.hidden_states, layers).float().cpu().numpy().astype(np.float16)
-            for b, i in enumerate(chunk):
-                features[offsets[i] : offsets[i + 1]] = values[b, : lengths[i]]
-        features.flush()
-        meta = {"rows": int(offsets[-1]), "width": width, "layers": list(layers), "identity": identity,
-                "examples": len(encoded)}
-        (tmp / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+            sink.add(chunk, out.hidden_states)
+        sink.finish(identity)
 
     write_atomically(Path(folder), fill)
     return FeatureCache(folder)

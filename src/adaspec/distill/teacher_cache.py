@@ -149,9 +149,10 @@ def topk_forward_kl(
 @torch.inference_mode()
 def write_teacher_cache(
     target, encoded, folder: Path, spec: CacheSpec, identity: dict[str, str], *, batch_size: int, pad_id: int,
-    progress: bool = True,
+    progress: bool = True, features=None,
 ) -> Path:
-    """Run `target` once over `encoded` and write the cache atomically into `folder`."""
+    """Run `target` once over `encoded` and write the cache atomically into `folder`; `features` (a
+    feature_cache.FeatureSink) is given the hidden states of the same forward."""
     counts = answer_counts(encoded)
     offsets = np.concatenate([[0], np.cumsum(counts)])
     rows, vocab = int(offsets[-1]), int(target.config.vocab_size)
@@ -169,7 +170,11 @@ def write_teacher_cache(
         for chunk in tqdm(by_length(encoded, batch_size), desc=f"teacher cache ({spec.name})", disable=not progress):
             batch = {k: v.to(device) for k, v in collate([encoded[i] for i in chunk], pad_id).items()}
             mask = answer_mask(batch["labels"])
-            logits = target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            out = target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         output_hidden_states=features is not None)
+            if features is not None:
+                features.add(chunk, out.hidden_states)
+            logits = out.logits
             logp = F.log_softmax(answer_logits(logits, mask).float(), dim=-1)  # the batch's answer rows in order
             if spec.mode == "exact":
                 columns = [(logprobs, logp.cpu().numpy().astype(np.float16))]

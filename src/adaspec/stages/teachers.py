@@ -14,7 +14,12 @@ from adaspec.artefact_rules import cache_identity
 from adaspec.artefacts import read_meta
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.divergence import support_token_divergence, topk_divergence
-from adaspec.distill.feature_cache import FeatureCache, feature_cache_bytes, write_feature_cache
+from adaspec.distill.feature_cache import (
+    FeatureCache,
+    feature_cache_bytes,
+    feature_identity,
+    write_feature_cache,
+)
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
@@ -82,7 +87,7 @@ def feature_cache(cfg: DictConfig, data: TaskDataModule, target: PreTrainedModel
     first use; refuses one made for anything else."""
     folder = paths.feature_cache_dir(cfg, layers)
     encoded = data.train_set + data.val_set
-    identity = {**cache_identity(cfg, encoded), "layers": "-".join(str(i) for i in layers)}
+    identity = feature_identity(cache_identity(cfg, encoded), layers)
     if folder.is_dir() and not cfg.overwrite:
         cache = FeatureCache(folder)
         cache.check_identity(identity)
