@@ -112,3 +112,27 @@ def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and
     assert paths.ref_dir(long_ref) != paths.ref_dir(demo_ref)  # beside demo-real's head, not over it
     curves = commands[4][1]
     assert str(paths.ref_dir(long_ref)) in curves[curves.index("--run") + 1]
+
+
+def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of_its_own():
+    from adaspec.paper.plan import TASKS, paper_plan
+    from adaspec.paper.runner import compose_step
+
+    steps = paper_plan([TASKS["smollm2_gsm8k_head"]], [0], sweeps=False)
+    configs = [(step, compose_step(step, [])) for step in steps]
+    trained = [c for s, c in configs if s.kind == "train" and c.stage.name in ("ref", "draft")]
+    demo_ref = checked_config(*recipe()[4][1])
+    assert len(trained) == 5  # the reference, then k=0.4 and k=1 with the forward KL and with the LK hybrid
+    for cfg in trained:  # demo-real's data, head and schedule, but no early stop: every head takes the same steps
+        assert cfg.task == demo_ref.task and cfg.trainer == demo_ref.trainer
+        assert {**cfg.model, "draft_name": ""} == {**demo_ref.model} and cfg.model.draft_name
+        assert {k: v for k, v in cfg.distill.items() if k != "divergence"} == {
+            k: v for k, v in demo_ref.distill.items() if k != "divergence"}
+        assert cfg.stage.max_steps == demo_ref.stage.max_steps and cfg.stage.early_stop_patience == 0
+        assert cfg.stage.group_by_length == demo_ref.stage.group_by_length and cfg.stage.lr == demo_ref.stage.lr
+        assert paths.ref_dir(cfg) != paths.ref_dir(demo_ref)  # never demo-real's heads ...
+        assert paths.teacher_cache_dir(cfg) == paths.teacher_cache_dir(demo_ref)  # ... but its target and caches
+    assert sorted(str(c.distill.divergence) for c in trained) == ["forward_kl"] * 3 + ["lk"] * 2
+    evaluations = [c for s, c in configs if s.kind == "eval"]
+    assert [(e.eval.n_prompts, e.decode.temperature) for e in evaluations] == [(40, 0.0), (20, 1.0)]
+    assert all(e.gamma == 3 for e in evaluations)

@@ -156,6 +156,13 @@ TASKS = {
         "smollm2_gsm8k_beyond", draft_ks=(0.4, 1.0), matched_ks=(), target_config="smollm2_gsm8k_target",
         extra_arms=BEYOND_ARMS, extra_caches=("_dataset",), sweeps=False, versus_arm_a=True, draft_stage0=True,
     ),
+    # issue 46 item 5: AdaSPEC against DistillSpec for demo-real's head on every answer of the target, with the
+    # forward KL and with the LK hybrid, equal steps; greedy on 40 test prompts, temperature 1 on 20
+    "smollm2_gsm8k_head": TaskPlan(
+        "smollm2_gsm8k_head", draft_ks=(0.4, 1.0), matched_ks=(), target_config="smollm2_gsm8k_head_target",
+        extra_arms=(("_lk", (0.4, 1.0)),), sweeps=False, versus_arm_a=True,
+        sampled_eval=_sampled_eval("['',lk]", 20),
+    ),
 }
 # Issue 31's capacity experiment (and issue 30's sweep): one config, one target, several drafts (each a task);
 # sizes from the preset's Llama 128x4 (1.9M parameters at the 8,192-token vocabulary) to 384x8 (18.5M), and
