@@ -54,7 +54,7 @@ answers: install
 # parts (default: all); finished parts are kept, and an interruption loses only the part being written. Batches
 # of 64: the same answers as 16 (all 64 of problems 1064-1127 in float32) in 0.77x the time.
 answer-parts: models
-	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(ARGS)
+	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) distill.answer_parts=all distill.answer_batch_size=64 $(ARGS)
 
 eval: install
@@ -89,12 +89,15 @@ SERVE_FASTEST ?= decode.target_dtype=bfloat16 decode.kv_cache=static decode.comp
 	gamma=3 eval.gammas=[3] decode.tree=auto eval.target_servings=[bfloat16-compiled-w2]
 REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
+# stage 1 of every recipe on the real target: the instruct model as it is, one folder whatever the drafts train
+# on (its fingerprint counts task.n_train, which a 0-step target never reads: every recipe makes it with REAL's)
+TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
 EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3 task.n_train=7409
 HEAD_STEPS ?= 120
 HEAD_STAGE := resume=true stage.max_steps=$(HEAD_STEPS) stage.val_every_n_steps=20 stage.early_stop_patience=3 \
 	stage.group_by_length=4 trainer.precision=bf16-mixed
 demo-real: models
-	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(EAGLE3) $(ARGS)
+	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
 	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) $(ARGS)
@@ -107,7 +110,7 @@ demo-real: models
 CONVERGE_STEPS ?= 400
 CONVERGED := outputs/gsm8k/smollm2/seed0/ref-eagle3-steps$(CONVERGE_STEPS)-target-answers
 head-convergence: models
-	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(EAGLE3) $(ARGS)
+	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
 	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.max_steps=$(CONVERGE_STEPS) stage.early_stop_patience=0 \
@@ -120,7 +123,7 @@ head-convergence: models
 # ~30 min), then the reference, both drafts and the evaluation, in folders of their own beside the heads'.
 INDEPENDENT ?= pretrain=distill
 demo-real-independent: models
-	$(TRAIN) stage=target stage.max_steps=0 $(REAL) $(INDEPENDENT) $(ARGS)
+	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(INDEPENDENT) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(INDEPENDENT) $(ARGS)
 	$(TRAIN) stage=pretrain_draft resume=true $(REAL) $(INDEPENDENT) $(ARGS)

@@ -136,3 +136,21 @@ def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of
     evaluations = [c for s, c in configs if s.kind == "eval"]
     assert [(e.eval.n_prompts, e.decode.temperature) for e in evaluations] == [(40, 0.0), (20, 1.0)]
     assert all(e.gamma == 3 for e in evaluations)
+
+
+def test_every_recipe_on_the_real_target_makes_one_target_folder_with_one_fingerprint():
+    """The heads train on 7,409 problems' answers, the independent drafts on 500: the 0-step target they share
+    must not be refused by one of them as 'trained with a different config'."""
+    from adaspec.artefacts import fingerprint
+    from adaspec.paper.plan import TASKS, paper_plan
+    from adaspec.paper.runner import compose_step
+
+    targets = [checked_config(*o) for t in ("demo-real", "demo-real-independent", "head-convergence", "answer-parts")
+               for m, o in recipe(t) if m == "adaspec.commands.train" and "stage=target" in o]
+    step = next(s for s in paper_plan([TASKS["smollm2_gsm8k_head"]], [0], sweeps=False) if "stage=target" in s.overrides)
+    targets.append(compose_step(step, []))
+    assert len(targets) == 5
+    assert len({paths.target_dir(c) for c in targets}) == 1
+    assert len({fingerprint(c, "target") for c in targets}) == 1
+    heads = checked_config(*recipe()[4][1])  # negative control: the heads' own data would be another fingerprint
+    assert fingerprint(heads, "target") != fingerprint(targets[0], "target")
