@@ -145,8 +145,10 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         d = self.head_dim
         inv_freq = 1.0 / self.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-        angles = positions.float()[:, None] * inv_freq[None, :]
+        angles = positions.float()[..., None] * inv_freq
         cos, sin = torch.cat([angles.cos()] * 2, -1).to(q.dtype), torch.cat([angles.sin()] * 2, -1).to(q.dtype)
+        if positions.dim() == 2:  # positions of each row `[B, T]` (training's answer windows): the same for every head
+            cos, sin = cos[:, None], sin[:, None]
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
         if cache is not None:
             k, v = cache.append(k, v)
@@ -269,11 +271,15 @@ class Eagle3Head(PreTrainedModel):
         as decoding's k-th proposal after a block's start does. Its pair at position j attends to pass 0's
         pairs up to j-k and to pass m's pair at j-(k-m) (1 <= m <= k): the keys a proposal sees at decoding.
         `rows [B, T]` (bool): only those positions' logits, `[N, draft vocab]` in row-major order: the output
-        layer, the larger half of a pass, then runs where the loss reads it (training: the answer positions)."""
+        layer, the larger half of a pass, then runs where the loss reads it (training: the answer positions), and
+        passes 1.. run on each row's answer window only (`_later_passes_on_windows`)."""
         t = input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device)
         embeds, cache, logits = self.embed_tokens(input_ids), KVCache(), []
         keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        if rows is not None and steps > 1:
+            first = self._pass(embeds, features, positions, keep, cache, 0, rows)
+            return [first[1], *self._later_passes_on_windows(embeds, first[0], rows, keep, cache, steps)]
         for k in range(steps):
             blocks = [positions[None, :] <= positions[:, None] - k]  # pass 0: causal, k positions back
             blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
@@ -283,6 +289,55 @@ class Eagle3Head(PreTrainedModel):
             out = self.midlayer(embeds, features, positions, mask, cache)
             logits.append(self.lm_head(self.norm(out if rows is None else out[rows])))
             features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+        return logits
+
+    def _pass(self, embeds: Tensor, features: Tensor, positions: Tensor, keep: Tensor | None, cache: KVCache,
+              k: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Pass `k` over every position as `unrolled` runs it: (out, the logits of `rows`)."""
+        t = positions.shape[0]
+        blocks = [positions[None, :] <= positions[:, None] - k]
+        blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
+        mask = torch.cat([b[None, None] if keep is None else b[None, None] & keep for b in blocks], dim=-1)
+        mask[..., -t:] |= torch.eye(t, dtype=torch.bool, device=mask.device)
+        out = self.midlayer(embeds, features, positions, mask, cache)
+        return out, self.lm_head(self.norm(out[rows]))
+
+    def _later_passes_on_windows(self, embeds: Tensor, first_out: Tensor, rows: Tensor, keep: Tensor | None,
+                                 cache: KVCache, steps: int) -> list[Tensor]:
+        """Passes 1..steps-1 on each row's window `[a - (steps - 2), z]` (a, z: its first and last row) instead of
+        every position: pass k's row j reads pass k-1 at j-1 and the keys of pass m at j-(k-m), so going back
+        from the last pass at the rows, pass k is needed from a-(steps-1-k) on and nothing of a later pass ever
+        reads before the window; the prompt and the padding (half the positions or more) are skipped. Pass 0
+        (every position: all passes read its keys) ran before. Each row's window starts at its own position:
+        the pairs are gathered into `[B, W]` with per-row positions, the rest of a short window masked out."""
+        b, t = rows.shape
+        device = rows.device
+        at = torch.arange(t, device=device).expand(b, t)
+        anywhere = rows.any(dim=1)
+        first_row = torch.where(rows, at, t).amin(dim=1).where(anywhere, 0)
+        last_row = torch.where(rows, at, -1).amax(dim=1).where(anywhere, 0)
+        start = (first_row - (steps - 2)).clamp(min=0)
+        width = int((last_row - start).max()) + 1
+        window = start[:, None] + torch.arange(width, device=device)  # [B, W] positions
+        valid = (window <= last_row[:, None]) & anywhere[:, None]
+        window = window.clamp(max=t - 1)  # past a row's window: a copy of its last position, masked out
+        gather = window[..., None].expand(-1, -1, embeds.shape[-1])
+        embeds_w, rows_w = embeds.gather(1, gather), rows.gather(1, window) & valid
+        before = (window - 1).clamp(min=0)[..., None].expand(-1, -1, first_out.shape[-1])
+        features = first_out.gather(1, before) * (window > 0)[..., None].to(first_out.dtype)  # pass 0 at j-1
+        keys0 = torch.arange(t, device=device)
+        own = torch.eye(width, dtype=torch.bool, device=device)
+        logits = []
+        for k in range(1, steps):
+            blocks = [(keys0[None, None, :] <= window[:, :, None] - k)
+                      & (True if keep is None else keep[:, 0])]  # [B, W, T]: pass 0's keys
+            blocks += [(window[:, None, :] == window[:, :, None] - (k - m)) & valid[:, None, :]
+                       for m in range(1, k + 1)]  # [B, W, W]: pass m's pair at j-(k-m)
+            blocks[-1] = blocks[-1] | own  # a masked-out pair sees itself (no NaN)
+            mask = torch.cat(blocks, dim=-1)[:, None]
+            out = self.midlayer(embeds_w, features, window, mask, cache)
+            logits.append(self.lm_head(self.norm(out[rows_w])))
+            features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)  # pass k at j-1
         return logits
 
 
