@@ -139,21 +139,31 @@ class Attention(nn.Module):
         self.rope_theta = config.rope_theta  # frequencies computed per call: a buffer would load as garbage
 
     def forward(self, x: Tensor, positions: Tensor, mask: Tensor, cache: KVCache | None) -> Tensor:
+        return self.attend(x, positions, x, positions, mask, cache)
+
+    def attend(self, x: Tensor, positions: Tensor, x_kv: Tensor, kv_positions: Tensor, mask: Tensor,
+               cache: KVCache | None) -> Tensor:
+        """Queries of the pairs `x` at `positions`, keys and values of the pairs `x_kv` at `kv_positions` (the same
+        pairs but in training's pass 0 on answer windows, which needs every position's keys and few queries)."""
         b, t, _ = x.shape
+        s = x_kv.shape[1]
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        d = self.head_dim
-        inv_freq = 1.0 / self.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-        angles = positions.float()[..., None] * inv_freq
-        cos, sin = torch.cat([angles.cos()] * 2, -1).to(q.dtype), torch.cat([angles.sin()] * 2, -1).to(q.dtype)
-        if positions.dim() == 2:  # positions of each row `[B, T]` (training's answer windows): the same for every head
-            cos, sin = cos[:, None], sin[:, None]
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        k = self.k_proj(x_kv).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x_kv).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = _rotate(q, *self._rope(positions, q.dtype)), _rotate(k, *self._rope(kv_positions, k.dtype))
         if cache is not None:
             k, v = cache.append(k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
+
+    def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        d = self.head_dim
+        inv_freq = 1.0 / self.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=positions.device) / d)
+        angles = positions.float()[..., None] * inv_freq
+        cos, sin = torch.cat([angles.cos()] * 2, -1).to(dtype), torch.cat([angles.sin()] * 2, -1).to(dtype)
+        if positions.dim() == 2:  # positions of each row `[B, T]` (training's answer windows): the same for every head
+            cos, sin = cos[:, None], sin[:, None]
+        return cos, sin
 
 
 class RMSNorm(nn.RMSNorm):
@@ -187,10 +197,20 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, eps=eps)
 
     def forward(self, embeds: Tensor, features: Tensor, positions: Tensor, mask: Tensor,
-                cache: KVCache | None) -> Tensor:
+                cache: KVCache | None, window: Tensor | None = None) -> Tensor:
+        """The pairs' outputs; with `window [B, W]` (training's pass 0 on answer windows) the keys and values of
+        every pair go into `cache` and the rest (queries, attention, MLP) runs at those positions only."""
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(features)], dim=-1)
-        out = features + self.self_attn(x, positions, mask, cache)
+        if window is None:
+            out = features + self.self_attn(x, positions, mask, cache)
+        else:
+            out = _pick(features, window) + self.self_attn.attend(_pick(x, window), window, x, positions, mask, cache)
         return out + self.mlp(self.post_attention_layernorm(out))
+
+
+def _pick(values: Tensor, window: Tensor) -> Tensor:
+    """`values [B, T, F]` at each row's positions `window [B, W]`: `[B, W, F]`."""
+    return values.gather(1, window[..., None].expand(-1, -1, values.shape[-1]))
 
 
 class Eagle3Head(PreTrainedModel):
@@ -277,9 +297,8 @@ class Eagle3Head(PreTrainedModel):
         positions = torch.arange(t, device=input_ids.device)
         embeds, cache, logits = self.embed_tokens(input_ids), KVCache(), []
         keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        if rows is not None and steps > 1:
-            first = self._pass(embeds, features, positions, keep, cache, 0, rows)
-            return [first[1], *self._later_passes_on_windows(embeds, first[0], rows, keep, cache, steps)]
+        if rows is not None:
+            return self._unrolled_on_windows(embeds, features, rows, keep, steps)
         for k in range(steps):
             blocks = [positions[None, :] <= positions[:, None] - k]  # pass 0: causal, k positions back
             blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
@@ -291,53 +310,42 @@ class Eagle3Head(PreTrainedModel):
             features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return logits
 
-    def _pass(self, embeds: Tensor, features: Tensor, positions: Tensor, keep: Tensor | None, cache: KVCache,
-              k: int, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """Pass `k` over every position as `unrolled` runs it: (out, the logits of `rows`)."""
-        t = positions.shape[0]
-        blocks = [positions[None, :] <= positions[:, None] - k]
-        blocks += [positions[None, :] == positions[:, None] - (k - m) for m in range(1, k + 1)]
-        mask = torch.cat([b[None, None] if keep is None else b[None, None] & keep for b in blocks], dim=-1)
-        mask[..., -t:] |= torch.eye(t, dtype=torch.bool, device=mask.device)
-        out = self.midlayer(embeds, features, positions, mask, cache)
-        return out, self.lm_head(self.norm(out[rows]))
-
-    def _later_passes_on_windows(self, embeds: Tensor, first_out: Tensor, rows: Tensor, keep: Tensor | None,
-                                 cache: KVCache, steps: int) -> list[Tensor]:
-        """Passes 1..steps-1 on each row's window `[a - (steps - 2), z]` (a, z: its first and last row) instead of
-        every position: pass k's row j reads pass k-1 at j-1 and the keys of pass m at j-(k-m), so going back
-        from the last pass at the rows, pass k is needed from a-(steps-1-k) on and nothing of a later pass ever
-        reads before the window; the prompt and the padding (half the positions or more) are skipped. Pass 0
-        (every position: all passes read its keys) ran before. Each row's window starts at its own position:
-        the pairs are gathered into `[B, W]` with per-row positions, the rest of a short window masked out."""
+    def _unrolled_on_windows(self, embeds: Tensor, features: Tensor, rows: Tensor, keep: Tensor | None,
+                             steps: int) -> list[Tensor]:
+        """`unrolled` with `rows`, run on each row's window `[a - (steps - 1), z]` (a, z: its first and last row)
+        instead of every position. Pass k's row j reads pass k-1 at j-1 and the keys of pass m at j-(k-m), so
+        going back from the last pass at the rows, pass k is needed from a-(steps-1-k) on and nothing reads a
+        pass before the window; only pass 0's keys and values are needed everywhere. The prompt and the padding
+        (half the positions or more) are skipped but for those. Each row's window starts at its own position: the
+        pairs are gathered into `[B, W]` with per-row positions, the rest of a short window masked out."""
         b, t = rows.shape
         device = rows.device
         at = torch.arange(t, device=device).expand(b, t)
         anywhere = rows.any(dim=1)
         first_row = torch.where(rows, at, t).amin(dim=1).where(anywhere, 0)
         last_row = torch.where(rows, at, -1).amax(dim=1).where(anywhere, 0)
-        start = (first_row - (steps - 2)).clamp(min=0)
+        start = (first_row - (steps - 1)).clamp(min=0)
         width = int((last_row - start).max()) + 1
         window = start[:, None] + torch.arange(width, device=device)  # [B, W] positions
         valid = (window <= last_row[:, None]) & anywhere[:, None]
         window = window.clamp(max=t - 1)  # past a row's window: a copy of its last position, masked out
-        gather = window[..., None].expand(-1, -1, embeds.shape[-1])
-        embeds_w, rows_w = embeds.gather(1, gather), rows.gather(1, window) & valid
-        before = (window - 1).clamp(min=0)[..., None].expand(-1, -1, first_out.shape[-1])
-        features = first_out.gather(1, before) * (window > 0)[..., None].to(first_out.dtype)  # pass 0 at j-1
+        embeds_w, rows_w = _pick(embeds, window), rows.gather(1, window) & valid
         keys0 = torch.arange(t, device=device)
         own = torch.eye(width, dtype=torch.bool, device=device)
-        logits = []
-        for k in range(1, steps):
+        cache, logits = KVCache(), []
+        for k in range(steps):
             blocks = [(keys0[None, None, :] <= window[:, :, None] - k)
                       & (True if keep is None else keep[:, 0])]  # [B, W, T]: pass 0's keys
             blocks += [(window[:, None, :] == window[:, :, None] - (k - m)) & valid[:, None, :]
                        for m in range(1, k + 1)]  # [B, W, W]: pass m's pair at j-(k-m)
-            blocks[-1] = blocks[-1] | own  # a masked-out pair sees itself (no NaN)
+            blocks[-1] = blocks[-1] | (own if k else (keys0[None, None, :] == window[:, :, None]))  # no empty row
             mask = torch.cat(blocks, dim=-1)[:, None]
-            out = self.midlayer(embeds_w, features, window, mask, cache)
+            if k == 0:
+                out = self.midlayer(embeds, features, keys0, mask, cache, window=window)
+            else:  # pass k-1 at j-1: within the window, but at its first position (never read: see above)
+                features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
+                out = self.midlayer(embeds_w, features, window, mask, cache)
             logits.append(self.lm_head(self.norm(out[rows_w])))
-            features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)  # pass k at j-1
         return logits
 
 
