@@ -150,7 +150,9 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x_kv).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x_kv).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, *self._rope(positions, q.dtype)), _rotate(k, *self._rope(kv_positions, k.dtype))
+        rope = self._rope(positions, q.dtype)  # once for both where they are the same pairs (decoding's every step)
+        kv_rope = rope if kv_positions is positions else self._rope(kv_positions, k.dtype)
+        q, k = _rotate(q, *rope), _rotate(k, *kv_rope)
         if cache is not None:
             k, v = cache.append(k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
@@ -292,7 +294,7 @@ class Eagle3Head(PreTrainedModel):
         pairs up to j-k and to pass m's pair at j-(k-m) (1 <= m <= k): the keys a proposal sees at decoding.
         `rows [B, T]` (bool): only those positions' logits, `[N, draft vocab]` in row-major order: the output
         layer, the larger half of a pass, then runs where the loss reads it (training: the answer positions), and
-        passes 1.. run on each row's answer window only (`_later_passes_on_windows`)."""
+        the passes run on each row's answer window only (`_unrolled_on_windows`)."""
         t = input_ids.shape[1]
         positions = torch.arange(t, device=input_ids.device)
         embeds, cache, logits = self.embed_tokens(input_ids), KVCache(), []
@@ -306,7 +308,7 @@ class Eagle3Head(PreTrainedModel):
             mask = torch.cat(masks, dim=-1)
             mask[..., -t:] |= torch.eye(t, dtype=torch.bool, device=mask.device)  # a padded row sees itself
             out = self.midlayer(embeds, features, positions, mask, cache)
-            logits.append(self.lm_head(self.norm(out if rows is None else out[rows])))
+            logits.append(self.lm_head(self.norm(out)))
             features = torch.cat([torch.zeros_like(out[:, :1]), out[:, :-1]], dim=1)
         return logits
 
