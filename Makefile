@@ -70,7 +70,7 @@ demo: install
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 'eval.trees=[k4-d5-n16,k4-d5-n16+lookup]' $(ARGS)
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K with the draft
-# that buys the most acceptance per CPU-hour here, an EAGLE-3 head (README: model.draft_kind=eagle3): the
+# that buys the most acceptance per CPU-hour here, an EAGLE-3 head (docs/eagle3.md): the
 # target's own answers to every training problem but the 64 that validate (7,409; one-off: adopted from the parts
 # committed under experiments/results/ when they name this target, else generated, resumable), the top-64 teacher
 # cache on them and the cache of the target's hidden states (one-off), the reference head (DistillSpec) and the
@@ -78,7 +78,7 @@ demo: install
 # 20 and stopped early on a plateau; three passes of EAGLE-3's training-time test, bfloat16 autocast, batches
 # grouped by length), evaluation of both on 20 test prompts (acceptance on all
 # 20, replayed from the target's greedy output; wall-clock speed-ups on the first 4: make bench-real times them). Stage 3 at k=1
-# would reproduce the reference bit for bit (eval.reference in the README), so it is not trained again.
+# would reproduce the reference bit for bit (eval.reference: README, Commands), so it is not trained again.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
 # demo-real's evaluation serves as make bench-real found fastest (bench/results/smollm2.json): the target compiled in
 # bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16,
