@@ -85,6 +85,20 @@ def test_what_a_head_cannot_train_with_is_one_line(tiny_cfg, override, key):
         validate(tiny_cfg("stage=draft", "model.draft_kind=eagle3", override))
 
 
+def test_only_a_head_starts_its_output_from_the_target(tiny_cfg):
+    with pytest.raises(UserError, match="model.head_output_init"):
+        validate(tiny_cfg("stage=draft", "model.head_output_init=target"))
+    validate(tiny_cfg("stage=draft", "model.draft_kind=eagle3", "model.head_output_init=target"))
+
+
+def test_a_head_initialisation_remembers_how_its_output_started(tiny_cfg):
+    """The setting is recorded with the initialisation, and a run asking for the other one is refused by name."""
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=2"))
+    run_stage(tiny_cfg("stage=ref", *EAGLE3[:1], "stage.max_steps=1", "model.head_output_init=target"))
+    with pytest.raises(UserError, match="model.head_output_init=target, not random"):
+        run_stage(tiny_cfg("stage=ref", *EAGLE3[:1], "stage.max_steps=1", "overwrite=true"))
+
+
 def test_heads_and_independent_drafts_share_the_target_never_a_folder(eagle3):
     head_ref = paths.ref_dir(eagle3("stage=ref", *EAGLE3))
     weights = (paths.final(head_ref) / "model.safetensors").read_bytes()

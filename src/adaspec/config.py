@@ -110,6 +110,13 @@ class DraftInit(StrEnum):
     target_layers = "target_layers"  # the target's embedding, first model.draft.num_hidden_layers layers, head
 
 
+class HeadOutputInit(StrEnum):
+    """How an EAGLE-3 head's final norm and output layer start (adaspec.models.eagle3.Eagle3Head.from_target)."""
+
+    random = "random"
+    target = "target"  # the target's final norm and its output rows of the draft vocabulary (as speculators does)
+
+
 class DraftKind(StrEnum):
     """What a draft is (adaspec.drafts): a small causal LM, or an EAGLE-3 head reading the target's hidden states."""
 
@@ -269,6 +276,11 @@ class ModelConfig:
     # eagle3: the draft is one decoder layer at the target's width over its hidden states (adaspec.models.eagle3),
     # not built from `draft`; model.draft_vocab_size still sets its output vocabulary
     draft_kind: DraftKind = counted(DraftKind.model, when=_draft_build_key("draft_kind", "model"))
+    # eagle3: `target` starts the head's final norm and output layer as the target's (its output rows of the
+    # draft vocabulary), so training begins in the target's output space; `random` as before the key existed
+    head_output_init: HeadOutputInit = counted(
+        HeadOutputInit.random, when=_draft_build_key("head_output_init", "random")
+    )
     # a name for drafts built from another `draft` than the preset's (e.g. h256x6): their stage folders get
     # the suffix -<draft_name>, so drafts of several sizes share one target and its caches. Only where they
     # live: the fingerprint records `draft` itself

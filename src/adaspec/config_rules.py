@@ -16,6 +16,7 @@ from adaspec.config import (
     DistillData,
     DraftInit,
     DraftKind,
+    HeadOutputInit,
     ModelSource,
     PretrainObjective,
     StageName,
@@ -180,6 +181,9 @@ def _validate_draft_build(cfg: DictConfig) -> None:
     _check(passes >= 1, "distill.ttt_passes", passes, "must be >= 1 (1: no training-time test)")
     _check(passes == 1 or model.draft_kind == DraftKind.eagle3, "distill.ttt_passes", passes,
            "the training-time test is for EAGLE-3 heads: set model.draft_kind=eagle3 or distill.ttt_passes=1")
+    _check(model.head_output_init == HeadOutputInit.random or model.draft_kind == DraftKind.eagle3,
+           "model.head_output_init", model.head_output_init,
+           "starts an EAGLE-3 head's output layer: set model.draft_kind=eagle3 or model.head_output_init=random")
     if model.draft_kind == DraftKind.eagle3:
         _check(cfg.pretrain.corpus == Corpus.none, "pretrain", cfg.pretrain.corpus,
                "stage 0 trains an independent draft; an EAGLE-3 head starts from the target: use pretrain=none")

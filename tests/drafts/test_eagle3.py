@@ -175,6 +175,18 @@ def test_a_head_over_a_reduced_vocabulary_decodes_exactly(trained, target):
         Eagle3Draft(Eagle3Head.from_target(target, vocab.size))
 
 
+def test_a_head_started_from_the_targets_output_maps_features_as_the_target_does(target):
+    """output_rows: the head's final norm and output layer are the target's at the draft vocabulary's ids, so a
+    feature goes to the target's logits at those ids; a head started at random (the control) does not."""
+    rows = torch.arange(0, V, 2)
+    x = torch.randn(1, 5, target.config.hidden_size, dtype=torch.float64)
+    wanted = target.lm_head(target.model.norm(x))[..., rows]
+    started = Eagle3Head.from_target(target, rows.numel(), output_rows=rows)
+    torch.testing.assert_close(started.lm_head(started.norm(x)), wanted, atol=1e-5, rtol=1e-5)  # norms round apart
+    at_random = Eagle3Head.from_target(target, rows.numel())
+    assert not torch.allclose(at_random.lm_head(at_random.norm(x)), wanted, atol=1e-2)
+
+
 def test_sampling_is_distributed_as_the_target():
     target = tiny_llama(10, vocab=SAMPLING_V, init_std=0.2)
     torch.manual_seed(2)

@@ -60,6 +60,15 @@ def config_for_target(target: PretrainedConfig, draft_vocab_size: int, layers: l
     )
 
 
+def _final_norm(target: PreTrainedModel) -> nn.Module:
+    """The target's norm before its output layer (Llama's `model.norm`, GPT-NeoX's `final_layer_norm`)."""
+    base = target.base_model
+    norm = getattr(base, "norm", None) or getattr(base, "final_layer_norm", None)
+    if norm is None:
+        raise ValueError(f"{type(target).__name__} has no final norm to start an EAGLE-3 head's output from")
+    return norm
+
+
 def _rope_theta(config: PretrainedConfig) -> float:
     rope = getattr(config, "rope_parameters", None) or {}
     return float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
@@ -244,9 +253,16 @@ class Eagle3Head(PreTrainedModel):
         return head
 
     @classmethod
-    def from_target(cls, target: PreTrainedModel, draft_vocab_size: int, layers: list[int] | None = None) -> Eagle3Head:
+    def from_target(cls, target: PreTrainedModel, draft_vocab_size: int, layers: list[int] | None = None,
+                    output_rows: Tensor | None = None) -> Eagle3Head:
+        """A head at the target's width, its embedding the target's. `output_rows [draft vocab]` (target ids):
+        its final norm and output layer start as the target's at those ids, as vllm-project/speculators starts
+        them, instead of at random."""
         head = cls(config_for_target(target.config, draft_vocab_size, layers))
         head.embed_tokens.weight.data.copy_(target.get_input_embeddings().weight.detach().float())
+        if output_rows is not None:
+            head.lm_head.weight.data.copy_(target.get_output_embeddings().weight.detach().float()[output_rows])
+            head.norm.weight.data.copy_(_final_norm(target).weight.detach().float())
         return head.to(next(target.parameters()).dtype)
 
     def trainable_parameters(self) -> list[nn.Parameter]:

@@ -62,7 +62,7 @@ def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Pa
 def init_settings(cfg: DictConfig) -> dict[str, str | int]:
     """What decides a draft initialisation besides model.draft (recorded in its metrics.json)."""
     return {"draft_init": str(cfg.model.draft_init), "draft_vocab_size": int(cfg.model.draft_vocab_size),
-            "draft_kind": str(cfg.model.draft_kind)}
+            "draft_kind": str(cfg.model.draft_kind), "head_output_init": str(cfg.model.head_output_init)}
 
 
 def check_init_source(cfg: DictConfig, folder: Path) -> None:
@@ -86,7 +86,8 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
     (earlier artefacts without the record were made with the defaults)."""
     recorded = read_metrics(folder)
     for key, wanted in init_settings(cfg).items():
-        made = recorded.get(key, {"draft_init": "random", "draft_vocab_size": 0, "draft_kind": "model"}[key])
+        made = recorded.get(key, {"draft_init": "random", "draft_vocab_size": 0, "draft_kind": "model",
+                                  "head_output_init": "random"}[key])
         if made != wanted:
             raise UserError(
                 f"the draft initialisation {folder} was made with model.{key}={made}, not {wanted}: delete "
@@ -169,7 +170,10 @@ def eagle3_from_target(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> t
     size = target.config.vocab_size
     vocab = training_vocab(cfg, tokenizer, size) if cfg.model.draft_vocab_size > 0 else None
     torch.manual_seed(cfg.seed)
-    head = Eagle3Head.from_target(target, size if vocab is None else vocab.size)
+    rows = None
+    if cfg.model.head_output_init == "target":
+        rows = torch.arange(size) if vocab is None else vocab.draft_to_target
+    head = Eagle3Head.from_target(target, size if vocab is None else vocab.size, output_rows=rows)
     return Eagle3Draft(head, vocab), {"target": read_meta(target_folder)["weights"]}
 
 
