@@ -1,9 +1,30 @@
 """`make paper` = `python -m adaspec.commands.paper`: run the AdaSPEC vs DistillSpec comparison, then collect it.
 
-    python -m adaspec.commands.paper [--tasks gsm8k mbpp] [--seeds 0 1 2] [--no-sweeps] [--collect-only] [--dry-run]
+    python -m adaspec.commands.paper [--tasks gsm8k mbpp] [--seeds 0 1 2] [--no-sweeps] [--dry-run]
+                            [--collect-only | --collect-each] [--reuse TASK=RESULTS ...]
+                            [--stages STAGE,... --arms ARM,... --ks K,...]
                             [--results experiments/results] [hydra overrides for every step ...]
 
 Resumable: rerun the same command after an interruption and it continues where it stopped.
+
+`--collect-each` runs one task at a time and collects every task of `--tasks` after each, so that a finished
+task is in `--results` before the next starts (a group of long tasks, committed as each finishes):
+
+    python -m adaspec.commands.paper --tasks smollm2_gsm8k_capacity --seeds 0 --collect-each \
+        --results experiments/results/smollm2-gsm8k-capacity/seed0
+
+`--stages`, `--arms` and `--ks` run part of the plan and collect nothing, e.g. only what a serving comparison
+times of the capacity experiment (each size's stage 0, forward-KL reference and forward-KL drafts):
+
+    python -m adaspec.commands.paper --tasks smollm2_gsm8k_capacity_h128 --seeds 0 \
+        --stages target,cache,pretrain_draft,ref,draft --arms a --ks 0.4,1
+
+`--reuse TASK=RESULTS` takes a task's evaluations from another group's results instead of running it again,
+e.g. the stage-0 data group's full-data point, which is the capacity experiment's h128 task:
+
+    python -m adaspec.commands.paper --tasks smollm2_gsm8k_stage0_tokens --seeds 0 --no-sweeps --collect-each \
+        --reuse smollm2_gsm8k_capacity_h128=experiments/results/smollm2-gsm8k-capacity/seed0 \
+        --results experiments/results/smollm2-gsm8k-stage0-tokens/seed0
 """
 
 from __future__ import annotations
@@ -14,22 +35,78 @@ from pathlib import Path
 from typing import Any
 
 from adaspec.errors import UserError, reported_as_one_line
+from adaspec.paper.plan import (
+    CAPACITY_TITLES,
+    DEFAULT_TASKS,
+    GROUPS,
+    STAGE0_GROUP,
+    TASKS,
+    Step,
+    TaskPlan,
+    sweep_steps,
+    task_steps,
+)
+from adaspec.paper.step_filter import STAGES, StepFilter, selected_steps
 from adaspec.toolkit import no_tokenizer_parallelism, write_json_atomically, write_text_atomically
 
 no_tokenizer_parallelism()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.paper.plan import DEFAULT_TASKS, GROUPS, TASKS
+def _stages(text: str) -> tuple[str, ...]:
+    stages = tuple(s for s in text.split(",") if s)
+    if unknown := [s for s in stages if s not in STAGES]:
+        raise argparse.ArgumentTypeError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
+    return stages
 
+
+def _ks(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(k) for k in text.split(",") if k)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers such as 0.4,1, got {text!r}") from None
+
+
+def _reused(parser: argparse.ArgumentParser, values: list[str], tasks: list[str]) -> dict[str, Path]:
+    """--reuse's TASK=RESULTS values, each TASK one of the tasks run."""
+    reused = {}
+    for value in values:
+        name, _, folder = value.partition("=")
+        if name not in tasks or not folder:
+            parser.error(f"--reuse {value}: expected TASK=RESULTS with TASK one of --tasks ({', '.join(tasks)})")
+        reused[name] = Path(folder)
+    return reused
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m adaspec.commands.paper", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=[*TASKS, *GROUPS])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument(
         "--no-sweeps", dest="sweeps", action="store_false", help="skip the k and gamma sweeps"
     )
-    parser.add_argument("--collect-only", action="store_true", help="only collect finished evaluations")
+    collecting = parser.add_mutually_exclusive_group()
+    collecting.add_argument("--collect-only", action="store_true", help="only collect finished evaluations")
+    collecting.add_argument(
+        "--collect-each", action="store_true",
+        help="run one task at a time (its sweeps included) and collect every task of --tasks after each",
+    )
+    parser.add_argument(
+        "--reuse", action="append", default=[], metavar="TASK=RESULTS",
+        help="do not run TASK: copy its main evaluations (<TASK>/seed<s>/main.json) from another results folder "
+             "into --results where missing there; collect checks they have this run's settings",
+    )
+    parser.add_argument(
+        "--stages", type=_stages, default=(), metavar="STAGE,...",
+        help=f"run only the steps of these stages ({', '.join(STAGES)}) and collect nothing",
+    )
+    parser.add_argument(
+        "--arms", type=lambda s: tuple(a for a in s.split(",") if a), default=(), metavar="ARM,...",
+        help="run only these arms' drafts: a (the task's own config), or another arm's config suffix "
+             "without its _ (matched, nla, lk, ...); collect nothing",
+    )
+    parser.add_argument(
+        "--ks", type=_ks, default=(), metavar="K,...", help="run only the drafts at these k; collect nothing"
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the steps as standalone commands and stop"
     )
@@ -39,6 +116,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.tasks = [name for group in args.tasks for name in GROUPS.get(group, (group,))]
+    args.steps = StepFilter(args.stages, args.arms, args.ks)
+    if args.steps and (args.collect_only or args.collect_each):
+        parser.error(f"{args.steps.described()} runs part of the plan and collects nothing: "
+                     f"leave out --collect-only and --collect-each")
+    args.reuse = _reused(parser, args.reuse, args.tasks)
     return args
 
 
@@ -87,15 +169,24 @@ def _settings_changed(step, extra: list[str], kept: dict[str, Any], path: Path) 
 
 
 def collect(
-    tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool
+    tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool, reused: dict[str, Path] | None = None
 ) -> tuple[dict[str, Any], list[Path]]:
     """Copy every finished evaluation to `out`, summarise the seeds, draw the sweeps; returns the summary
-    and the plots."""
+    and the plots. `reused`: task name -> another results folder whose main evaluations of the task are
+    copied to `out` first where `out` has none (`--reuse`)."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.paper.aggregate import copy_results, summarise_task, sweep_rows, write_summary
-    from adaspec.paper.plan import Step, sweep_steps
+    from adaspec.paper.aggregate import (
+        copy_results,
+        reuse_main_evaluations,
+        summarise_task,
+        sweep_rows,
+        write_summary,
+    )
     from adaspec.paper.sweep_plots import plot_gamma_sweep, plot_k_sweep
 
+    for name, source in (reused or {}).items():
+        for copied in reuse_main_evaluations(name, seeds, source, out):
+            print(f"[paper] {copied}: copied from {source} (--reuse)")
     summary: dict[str, Any] = {}
     sweep_tables: dict[str, Any] = {}
     images: list[Path] = []
@@ -150,7 +241,6 @@ def _scaling_tables(summary: dict[str, Any], out: Path) -> list[Path]:
     (<group>.png), where their tasks are summarised."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from adaspec.paper.capacity import capacity_markdown, capacity_rows, plot_capacity
-    from adaspec.paper.plan import CAPACITY_TITLES, GROUPS, STAGE0_GROUP
     from adaspec.paper.stage0_tokens import plot_stage0, stage0_markdown, stage0_rows
 
     images = []
@@ -204,6 +294,30 @@ def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:
     return totals
 
 
+def batches(tasks: list[TaskPlan], collect_each: bool) -> list[list[TaskPlan]]:
+    """The tasks run before each collection: one at a time with --collect-each, else all together."""
+    return [[task] for task in tasks] if collect_each and tasks else [tasks]
+
+
+def standalone(step: Step, extra: list[str]) -> str:
+    # the runner resumes an interrupted stage from its last checkpoint: the standalone command does too
+    resume = " resume=true" if step.kind in ("train", "pretrain") else ""
+    return step.command() + resume + "".join(f" {o}" for o in extra)
+
+
+def _collect_and_log(tasks: list[TaskPlan], args: argparse.Namespace) -> None:
+    # imported after the arguments are parsed and checked, so errors answer at once
+    from adaspec.paper.runner import compose_step
+    from adaspec.paper.wandb_summary import log_paper
+
+    summary, images = collect(tasks, args.seeds, args.overrides, args.results, args.sweeps, args.reuse)
+    # the run's logger and paths.root, as every step composes them
+    run_cfg = compose_step(Step("eval", tasks[0].args()), args.overrides)
+    log_paper(run_cfg, summary, images)
+    times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS.values()))
+    print(f"[paper] wall time of the steps that ran, per task (s): {times}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with reported_as_one_line():
@@ -212,29 +326,23 @@ def main(argv: list[str] | None = None) -> None:
                 "run from the repository root: experiments/paper/ holds the configs the steps compose"
             )
         # imported after the arguments are parsed and checked, so errors answer at once
-        from adaspec.paper.plan import TASKS, paper_plan
-        from adaspec.paper.runner import compose_step, run_plan, without_stage0
+        from adaspec.paper.runner import run_plan, without_stage0
 
         tasks = [TASKS[name] for name in args.tasks]
+        to_run = [task for task in tasks if task.name not in args.reuse]
+        plans = [selected_steps(task_steps(batch, args.seeds, args.sweeps), args.steps)
+                 for batch in batches(to_run, args.collect_each)]
         if args.dry_run:
-            print(
-                "\n".join(
-                    step.command() + "".join(f" {o}" for o in args.overrides)
-                    for step in without_stage0(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
-                )
-            )
+            print("\n".join(standalone(step, args.overrides)
+                            for steps in plans for step in without_stage0(steps, args.overrides)))
             return
-        if not args.collect_only:
-            run_plan(paper_plan(tasks, args.seeds, args.sweeps), args.overrides)
-        summary, images = collect(tasks, args.seeds, args.overrides, args.results, args.sweeps)
-        from adaspec.paper.plan import Step
-        from adaspec.paper.wandb_summary import log_paper
-
-        # the run's logger and paths.root, as every step composes them
-        run_cfg = compose_step(Step("eval", tasks[0].args()), args.overrides)
-        log_paper(run_cfg, summary, images)
-        times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS.values()))
-        print(f"[paper] wall time of the steps that ran, per task (s): {times}")
+        for steps in plans:
+            if not args.collect_only:
+                run_plan(steps, args.overrides)
+            if not args.steps:
+                _collect_and_log(tasks, args)
+        if args.steps:
+            print(f"[paper] {args.steps.described()}: done, nothing collected (--collect-only collects)")
 
 
 if __name__ == "__main__":

@@ -155,6 +155,19 @@ def copy_results(source: Path, destination: Path) -> dict[str, Any]:
     return json.loads(source.read_text())
 
 
+def reuse_main_evaluations(task_name: str, seeds: list[int], source: Path, out: Path) -> list[Path]:
+    """Copy the task's main evaluation of each seed (<task>/seed<s>/main.json) from another results folder
+    `source` into `out` where `out` has none yet; returns the files copied. `collect` then takes the run
+    root's evaluation where the root holds it, else this copy, checked to have this run's settings."""
+    copied = []
+    for seed in seeds:
+        found, kept = (folder / task_name / f"seed{seed}" / "main.json" for folder in (source, out))
+        if found.is_file() and not kept.is_file():
+            copy_results(found, kept)
+            copied.append(kept)
+    return copied
+
+
 def sweep_rows(k_sweep: dict | None, fixed: dict[int, dict], adaptive: dict | None) -> dict[str, list[dict]]:
     """The sweeps' numbers, one row per (setting, draft): what the PNGs show."""
     pick = ("alpha", "accept_rate", "tau", "speedup_vs_target")

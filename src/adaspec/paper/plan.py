@@ -122,11 +122,16 @@ def sweep_steps(task: TaskPlan, seed: int) -> list[Step]:
     return steps
 
 
-def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> list[Step]:
-    steps = [step for task in tasks for step in main_steps(task, seeds)]
+def task_steps(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> list[tuple[TaskPlan, Step]]:
+    """The plan's steps in order, each with the task whose plan made it."""
+    steps = [(task, step) for task in tasks for step in main_steps(task, seeds)]
     if sweeps:
-        steps += [step for task in tasks if task.sweeps for step in sweep_steps(task, seeds[0])]
+        steps += [(task, step) for task in tasks if task.sweeps for step in sweep_steps(task, seeds[0])]
     return steps
+
+
+def paper_plan(tasks: list[TaskPlan], seeds: list[int], sweeps: bool = True) -> list[Step]:
+    return [step for _, step in task_steps(tasks, seeds, sweeps)]
 
 
 REAL_ARMS = (("_optimal", (0.4, 1.0)), ("_domain", (0.4, 1.0)))
