@@ -38,6 +38,16 @@ and the results say so instead of timing it. `--draft FOLDER` benches any finish
 instead of draft-k<k>; repeated (`--draft h128=F1 --draft head=F2`), it benches several drafts against the
 same target-only runs, a row set per NAME (default: the stage folder's name; one unnamed draft is `trained`).
 
+`--draft-group capacity [--seed 0] [--ks 0.4,1]` benches every finished draft of the capacity experiment's seed
+(`adaspec.paper.draft_groups`: each independent size's forward-KL draft at those k, and its EAGLE-3 heads, else
+make demo-real's) as its serving comparison did: it stands for `--name capacity-seed<s>-g<gammas> --prompts 40
+--gammas 3 --temperatures 0,1 --no-adaptive --serving bfloat16-compiled --servings
+float32-compiled,bfloat16-compiled-w2 --draft NAME=FOLDER ...` before the other options given (which win) and
+`paper=smollm2_gsm8k_capacity seed=<s> 'baseline=[prompt_lookup]'` after the overrides given (prompt lookup as a
+row of its own: the paper configs empty the baseline group). Train its drafts with `python -m
+adaspec.commands.paper --tasks smollm2_gsm8k_capacity_h128 ... --stages target,cache,pretrain_draft,ref,draft
+--arms a --ks 0.4,1`.
+
 `--vllm` adds greedy rows of vLLM's CPU build serving the same target, alone and with the first trained EAGLE-3
 head (exported as `make export` does, without the embedding copy), in float32 and bfloat16, one request at a time
 with the same prompt ids (`adaspec.vllm_serving`; its virtualenv is built on first use). vLLM runs in processes of
@@ -65,6 +75,8 @@ from adaspec import paths
 from adaspec.decoding.tree_shape import TreeShape
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine
+from adaspec.paper.draft_groups import DRAFT_GROUPS, capacity_drafts, capacity_run, capacity_sizes
+from adaspec.paper.plan import CAPACITY_GROUP
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
 RESULTS = Path("bench/results")
@@ -212,6 +224,47 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _add_draft_group_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draft-group", choices=DRAFT_GROUPS, default=None,
+                        help="bench every finished draft of the group with the group's options (module docstring)")
+    parser.add_argument("--seed", type=int, default=None, help="with --draft-group: the seed whose drafts (0)")
+    parser.add_argument("--ks", default=None, metavar="K,...",
+                        help="with --draft-group: the independent drafts at these k (0.4,1)")
+
+
+def _group_ks(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(k) for k in text.split(",") if k)
+    except ValueError:
+        raise UserError(f"--ks: expected numbers such as 0.4,1, got {text!r}") from None
+
+
+def with_draft_group(argv: list[str], outputs: Path = Path("outputs")) -> list[str]:
+    """`argv` with `--draft-group` and its `--seed` and `--ks` replaced by what they stand for (module
+    docstring): the command the results record; `argv` itself without `--draft-group`."""
+    # allow_abbrev=False: --draft is not --draft-group
+    reader = argparse.ArgumentParser(prog="python -m adaspec.commands.bench_real", add_help=False, allow_abbrev=False)
+    _add_draft_group_options(reader)
+    reader.add_argument("--gammas", default="3")
+    group, rest = reader.parse_known_args(argv)
+    if group.draft_group is None:
+        return argv
+    seed = 0 if group.seed is None else group.seed
+    drafts = capacity_drafts(seed, _group_ks(group.ks or "0.4,1"), outputs)
+    if not drafts:
+        sizes = " ".join(f"{CAPACITY_GROUP}_{size}" for size, _ in capacity_sizes())
+        raise UserError(
+            f"--draft-group capacity: no finished draft under {capacity_run(seed, outputs)}, nor make demo-real's "
+            f"heads: train them with `python -m adaspec.commands.paper --tasks {sizes} --seeds {seed} "
+            f"--stages target,cache,pretrain_draft,ref,draft --arms a --ks 0.4,1`"
+        )
+    name = f"capacity-seed{seed}-g{group.gammas.replace(',', '-')}"
+    options = ["--name", name, "--prompts", "40", "--gammas", group.gammas, "--temperatures", "0,1", "--no-adaptive",
+               "--serving", "bfloat16-compiled", "--servings", "float32-compiled,bfloat16-compiled-w2"]
+    named = [word for draft, folder in drafts.items() for word in ("--draft", f"{draft}={folder}")]
+    return [*options, *named, *rest, "paper=smollm2_gsm8k_capacity", f"seed={seed}", "baseline=[prompt_lookup]"]
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m adaspec.commands.bench_real", description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="smollm2", help="results file bench/results/<name>.json")
@@ -243,8 +296,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--vllm-gammas", type=lambda s: [int(g) for g in s.split(",")], default=[3, 5],
                         help="vLLM's num_speculative_tokens for its head rows")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    _add_draft_group_options(parser)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides naming the pair, e.g. model=smollm2 task=gsm8k")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.seed is not None or args.ks is not None:  # with --draft-group, main has replaced all three
+        parser.error("--seed and --ks choose the drafts of --draft-group: add --draft-group capacity")
+    return args
 
 
 def named_drafts(values: list[str]) -> dict[str, Path]:
@@ -263,7 +320,7 @@ def named_drafts(values: list[str]) -> dict[str, Path]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     no_tokenizer_parallelism()
-    argv = sys.argv[1:] if argv is None else argv
+    argv = with_draft_group(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     try:  # torch-free: a bad shape is refused before anything loads
         trees = {f"tree-{name}": TreeShape.parse(name) for name in args.trees}
