@@ -226,7 +226,11 @@ def _cell(value) -> str:
 
 def _add_draft_group_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-group", choices=DRAFT_GROUPS, default=None,
-                        help="bench every finished draft of the group with the group's options (module docstring)")
+                        help="capacity: every finished forward-KL draft of the capacity experiment's --seed at --ks "
+                             "and its EAGLE-3 heads (else demo-real's), with prompt lookup, on 40 prompts at gamma "
+                             "3, temperatures 0 and 1, no adaptive policy, the target in bfloat16-compiled against "
+                             "float32-compiled and bfloat16-compiled-w2 too, as bench/results/capacity-seed<s>-"
+                             "g<gammas>.json; the options given win")
     parser.add_argument("--seed", type=int, default=None, help="with --draft-group: the seed whose drafts (0)")
     parser.add_argument("--ks", default=None, metavar="K,...",
                         help="with --draft-group: the independent drafts at these k (0.4,1)")
