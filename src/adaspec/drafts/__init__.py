@@ -12,12 +12,14 @@ from typing import Any
 
 from adaspec.drafts.base import Draft, DraftSession, GreedyBlocks
 from adaspec.drafts.eagle3 import Eagle3Draft
+from adaspec.drafts.feature_source import FeatureSource
 from adaspec.drafts.model import ModelDraft
 from adaspec.drafts.prompt_lookup import PromptLookupDraft
+from adaspec.drafts.trained import TrainedDraft
 from adaspec.models.eagle3 import Eagle3Config
 
 
-def load_draft(folder: str | Path, attn_implementation: str = "auto", target=None, **kwargs) -> ModelDraft | Eagle3Draft:
+def load_draft(folder: str | Path, attn_implementation: str = "auto", target=None, **kwargs) -> TrainedDraft:
     """A saved draft artefact of either trained kind, told apart by its config's `model_type`. An EAGLE-3 head
     reads `target` (the target model) to train and to replay greedy blocks; decoding hands it the features."""
     config = json.loads((Path(folder) / "config.json").read_text())
@@ -33,4 +35,5 @@ def build_baseline(spec: Any) -> Draft:
     return instantiate(spec)
 
 
-__all__ = ["Draft", "DraftSession", "Eagle3Draft", "GreedyBlocks", "ModelDraft", "PromptLookupDraft", "build_baseline", "load_draft"]
+__all__ = ["Draft", "DraftSession", "Eagle3Draft", "FeatureSource", "GreedyBlocks", "ModelDraft", "PromptLookupDraft",
+           "TrainedDraft", "build_baseline", "load_draft"]

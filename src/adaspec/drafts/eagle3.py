@@ -5,48 +5,53 @@ and each verification forward (`read_target`), so the head costs no extra target
 cache holds only pairs built from the target's features ("real" pairs); the pairs a block builds on the
 head's own outputs are dropped after it, and rebuilt from the target's features once verification has run.
 
-Training: `logits(input_ids)` runs the frozen target for the features (no gradient), then the head over
-every pair, so the stages' losses see logits aligned like a causal LM's (position t predicts token t+1)
-over the draft's support.
+Training: `logits(input_ids)` reads the target's features (its `feature_source`: the feature cache, or the frozen
+target run without gradient), then runs the head over every pair, so the stages' losses see logits aligned like a
+causal LM's (position t predicts token t+1) over the draft's support; `answer_divergence` sums the passes of
+EAGLE-3's training-time test.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from adaspec.decoding.sampling import sample
 from adaspec.decoding.serving import CAPACITY_STEP, compile_options, rounded_capacity
 from adaspec.decoding.tree import Tree, TreeShape
-from adaspec.drafts.base import Draft, GreedyBlocks, median_seconds
+from adaspec.drafts.base import GreedyBlocks, median_seconds
+from adaspec.drafts.feature_source import FeatureSource
+from adaspec.drafts.trained import TrainedDraft
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
-from adaspec.models.eagle3 import Eagle3Head, KVCache, StaticKVCache, shift_features, target_features
+from adaspec.models.eagle3 import Eagle3Head, KVCache, StaticKVCache, shift_features
 
-_last_features: dict[int, tuple] = {}  # id(target) -> (input_ids, attention_mask, layers, features)
-
+TTT_DECAY = 0.8  # EAGLE-3's weight of pass k of its training-time test: 0.8^k
 
 # the pair counts a compiled head step runs (one graph each; a step of fewer pairs is padded to the next): proposals
 # (1), catch-up after a block (accepted + 1), tree frontiers; a wider step (a prompt's catch-up) runs eager
 COMPILED_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 
-class Eagle3Draft(Draft):
+class Eagle3Draft(TrainedDraft):
     kind = "eagle3"
     proposes_trees = True
 
     def __init__(self, head: Eagle3Head, vocab: DraftVocab | None = None, target: PreTrainedModel | None = None):
+        """`target`: the model whose hidden states the head reads outside decoding (the replay, training)."""
         size = head.config.draft_vocab_size
         if vocab is None and size != head.config.vocab_size:
             raise ValueError(f"the head predicts {size} draft ids of {head.config.vocab_size}: give it its DraftVocab")
         if vocab is not None and vocab.size != size:
             raise ValueError(f"the id map has {vocab.size} draft ids, the head's output {size}")
-        self.model, self.vocab, self.target = head, vocab, target
-        self.feature_cache = None  # a FeatureCache (adaspec.distill.feature_cache): read instead of the target
+        self.model, self.vocab = head, vocab
+        self.feature_source = FeatureSource(target) if target is not None else None
         self.target_layers = list(head.config.target_layers)
         self.compiled_step = None  # `compile_steps`: the head's decoding steps compiled over a static cache
         self.graphs = False  # ... and captured as CUDA graphs
@@ -60,20 +65,11 @@ class Eagle3Draft(Draft):
 
     # --- what training needs -------------------------------------------------------------------------
     def features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        """The target's features `[B, T, 3H]` of every position (no gradient). The last batch's are kept, so
-        the student and the reference of stage 3 (which share `target`) run the target once per batch."""
-        if self.target is None:
+        """The target's features `[B, T, 3H]` of every position (no gradient), run by its `feature_source` (which
+        keeps the last batch's for the drafts that share it)."""
+        if self.feature_source is None or self.feature_source.target is None:
             raise ValueError("an EAGLE-3 head trains on the target's hidden states: give Eagle3Draft the target")
-        memo = _last_features.get(id(self.target))
-        if memo is not None and memo[0] is input_ids and memo[1] is attention_mask and memo[2] == self.target_layers:
-            return memo[3]
-        with torch.no_grad():
-            out = self.target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                              logits_to_keep=1)
-        features = target_features(out.hidden_states, self.target_layers)
-        _last_features.clear()  # holding the tensors keeps their ids from being reused while memoised
-        _last_features[id(self.target)] = (input_ids, attention_mask, self.target_layers, features)
-        return features
+        return self.feature_source.live(input_ids, attention_mask, self.target_layers)
 
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None, features: Tensor | None = None,
                index: Tensor | None = None, **_) -> Tensor:
@@ -95,15 +91,21 @@ class Eagle3Draft(Draft):
         projected = self.model.project(shift_features(features).to(self.model.fc.weight.dtype))
         return self.model.unrolled(projected, input_ids, steps, attention_mask=attention_mask, rows=rows)
 
+    def answer_divergence(self, batch: dict[str, Tensor], mask: Tensor, divergence: Callable[[Tensor], Tensor],
+                          passes: int = 1) -> Tensor:
+        """The sum over `passes` passes of EAGLE-3's training-time test of 0.8^k times pass k's `divergence` (one
+        pass: its plain logits'), the output layer run on the answer positions only."""
+        rows = F.pad(mask, (0, 1))  # the answer positions: the head's output layer runs there only
+        unrolled = self.unrolled_logits(batch["input_ids"], passes, attention_mask=batch["attention_mask"],
+                                        index=batch.get("index"), rows=rows)
+        return sum(TTT_DECAY**k * divergence(logits) for k, logits in enumerate(unrolled))
+
     def _features(self, input_ids: Tensor, attention_mask: Tensor | None, features: Tensor | None,
                   index: Tensor | None) -> Tensor:
-        if features is None and index is not None and self.feature_cache is not None:
-            features = self.feature_cache.batch(index, attention_mask, self.model.fc.weight.dtype)
+        cache = self.feature_source.cache if self.feature_source is not None else None
+        if features is None and index is not None and cache is not None:
+            features = cache.batch(index, attention_mask, self.model.fc.weight.dtype)
         return self.features(input_ids, attention_mask) if features is None else features
-
-    def save_vocab(self, folder: Path) -> None:
-        if self.vocab is not None:
-            self.vocab.save(folder)
 
     # --- what decoding needs -------------------------------------------------------------------------
     def verify_width(self, target_vocab_size: int) -> int:

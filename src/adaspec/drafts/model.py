@@ -7,6 +7,7 @@ the draft's support) and `model` (the weights the optimiser updates); decoding u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,14 @@ from transformers import DynamicCache, PreTrainedModel
 from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
 from adaspec.decoding.sampling import sample
 from adaspec.decoding.tree import Tree, TreeShape, additive
-from adaspec.drafts.base import Draft, GreedyBlocks
+from adaspec.distill.tokens import answer_logits
+from adaspec.drafts.base import GreedyBlocks
+from adaspec.drafts.trained import TrainedDraft
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, is_reduced, load_draft_vocab
 
 
-class ModelDraft(Draft):
+class ModelDraft(TrainedDraft):
     kind = "model"
     proposes_trees = True
 
@@ -54,9 +57,11 @@ class ModelDraft(Draft):
         (the batch's example indices) is for drafts that read per-example caches; this one reads none."""
         return self.model(input_ids=self.to_draft_ids(input_ids), **kwargs).logits
 
-    def save_vocab(self, folder: Path) -> None:
-        if self.vocab is not None:
-            self.vocab.save(folder)
+    def answer_divergence(self, batch: dict[str, Tensor], mask: Tensor, divergence: Callable[[Tensor], Tensor],
+                          passes: int = 1) -> Tensor:
+        """`divergence` of the answer tokens' logits (one pass: a small LM has no training-time test)."""
+        logits = self.logits(batch["input_ids"], attention_mask=batch["attention_mask"], index=batch.get("index"))
+        return divergence(answer_logits(logits, mask))
 
     # --- what decoding needs -------------------------------------------------------------------------
     def verify_width(self, target_vocab_size: int) -> int:

@@ -54,7 +54,7 @@ class StageModule(pl.LightningModule):
 
     @property
     def artefact(self):
-        """What the stage saves: the student (a draft stage's `ModelDraft`, with its id map)."""
+        """What the stage saves: the student (a draft stage's `TrainedDraft`, with its id map)."""
         return self.student
 
     def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:

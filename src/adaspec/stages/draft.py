@@ -24,7 +24,7 @@ from adaspec.distill.k_schedule import k_at_step
 from adaspec.distill.selection import SelectionState, select
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
-from adaspec.drafts import ModelDraft
+from adaspec.drafts import TrainedDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stage_specs import stage_dir
 from adaspec.stages.base import attn_implementation
@@ -35,11 +35,11 @@ from adaspec.stages.teachers import cached_ref_kl, frozen_draft
 class SelectiveDistill(ReferenceDistill):
     def __init__(
         self,
-        student: ModelDraft,
+        student: TrainedDraft,
         stage: DictConfig,
         distill: DictConfig,
         target: PreTrainedModel,
-        reference: ModelDraft | None,
+        reference: TrainedDraft | None,
         k: float,
         teacher=None,
         ref_kl: np.ndarray | None = None,
@@ -68,10 +68,10 @@ class SelectiveDistill(ReferenceDistill):
         domain = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name)  # loss weights, kept tokens
         if domain.operator_types is not None:
             add_operator_embedding(student.model, domain.operator_types)
-        features = getattr(student, "feature_cache", None)
-        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer, target, features) if cfg.distill.cache_ref_kl else None
+        source = student.feature_source  # the reference reads the target's hidden states where its student does
+        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer, source) if cfg.distill.cache_ref_kl else None
         reference = (
-            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), target, features)
+            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), source)
         )
         return cls(
             student,

@@ -1,8 +1,8 @@
 """Stage 2: distil the reference from the frozen target with a per-token divergence (forward KL).
 
-The student is a `ModelDraft`: one with a reduced vocabulary (model.draft_vocab_size) maps its inputs to
-draft ids itself and is compared with the teacher over its support (`adaspec.stages.teachers.SupportTeacher`);
-so is the frozen reference of stage 3, which shares its map.
+The student is a `TrainedDraft` of model.draft_kind: one with a reduced vocabulary (model.draft_vocab_size)
+maps its inputs to draft ids itself and is compared with the teacher over its support
+(`adaspec.stages.teachers.SupportTeacher`); so is the frozen reference of stage 3, which shares its map.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from adaspec.distill.on_policy import is_on_policy_step, student_continuations
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_mask, answer_targets
-from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
+from adaspec.drafts import FeatureSource, TrainedDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, frozen_artefact
@@ -34,7 +34,7 @@ from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, fr
 class ReferenceDistill(StageModule):
     def __init__(
         self,
-        student: ModelDraft,
+        student: TrainedDraft,
         stage: DictConfig,
         distill: DictConfig,
         target: PreTrainedModel | None,
@@ -83,7 +83,7 @@ class ReferenceDistill(StageModule):
         return [*stopping, monitor]
 
     @property
-    def artefact(self) -> ModelDraft:
+    def artefact(self) -> TrainedDraft:
         return self.draft
 
     def draft_divergence(self, draft, batch: dict[str, torch.Tensor], mask: torch.Tensor, signal, teacher):
@@ -135,19 +135,21 @@ class ReferenceDistill(StageModule):
 
 def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
     """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
-    target is loaded only for the acceptance monitor, which decodes with it, and for an EAGLE-3 head. The student starts from the
-    seed's draft initialisation (a `ModelDraft`, with its id map when its vocabulary is reduced)."""
+    target is loaded only for the acceptance monitor, which decodes with it, and for an EAGLE-3 head. The student
+    starts from the seed's draft initialisation (a `TrainedDraft` of model.draft_kind, with its id map when its
+    vocabulary is reduced; one that reads the target's hidden states reads them from a `FeatureSource`)."""
     attn = attn_implementation(cfg)
     teacher = cached_teacher(cfg, data)
     student = load_draft(ensure_draft_init(cfg, tokenizer), attn)
-    reads_target = isinstance(student, Eagle3Draft)  # an EAGLE-3 head trains on the target's hidden states
+    reads_target = bool(student.target_layers)  # it trains on the target's hidden states (an EAGLE-3 head)
     needs_target = (teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)
                     or reads_target)
     target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
     if reads_target:
-        student.target = target
-        if teacher is not None:  # the teacher is cached: so are the target's hidden states
-            student.feature_cache = feature_cache(cfg, data, target, student.target_layers, tokenizer.pad_token_id)
+        cache = None  # the target's hidden states are cached where the teacher is
+        if teacher is not None:
+            cache = feature_cache(cfg, data, target, student.target_layers, tokenizer.pad_token_id)
+        student.attach_training(FeatureSource(target, cache))
     return teacher, target, student
 
 

@@ -23,7 +23,7 @@ from adaspec.distill.feature_cache import (
 from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
-from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
+from adaspec.drafts import FeatureSource, TrainedDraft, load_draft
 from adaspec.models.build import freeze, load_model
 
 
@@ -32,14 +32,13 @@ def frozen_artefact(folder, attn: str) -> PreTrainedModel:
     return freeze(load_model(paths.final(folder), attn))
 
 
-def frozen_draft(folder, attn: str, target: PreTrainedModel | None = None,
-                 features: FeatureCache | None = None) -> ModelDraft | Eagle3Draft:
-    """A finished draft stage's draft (the reference), with its id map, frozen; an EAGLE-3 head reads `target`
-    or the feature cache."""
+def frozen_draft(folder, attn: str, source: FeatureSource | None = None) -> TrainedDraft:
+    """A finished draft stage's draft (the reference), with its id map, frozen; a head reads the target's hidden
+    states from `source`, its student's (so the two run the target once per batch)."""
     draft = load_draft(paths.final(folder), attn)
     freeze(draft.model)
-    if isinstance(draft, Eagle3Draft):
-        draft.target, draft.feature_cache = target, features
+    if source is not None:
+        draft.attach_training(source)
     return draft
 
 
@@ -48,7 +47,7 @@ class SupportTeacher:
     divergences over the draft's support (`adaspec.distill.divergence`: the teacher's mass outside it is
     credited, so a draft equal to the teacher conditioned on its support has divergence 0)."""
 
-    def __init__(self, teacher: LiveTeacher | CachedTeacher, draft: ModelDraft):
+    def __init__(self, teacher: LiveTeacher | CachedTeacher, draft: TrainedDraft):
         self.inner, self.vocab = teacher, draft.vocab
         self.kind, self.chunk_size = teacher.kind, teacher.chunk_size
 
@@ -76,7 +75,7 @@ class SupportTeacher:
         return support_token_divergence(signal, student_logits, d2t, self.kind, self.chunk_size, **beta)
 
 
-def for_draft(teacher: LiveTeacher | CachedTeacher, draft: ModelDraft):
+def for_draft(teacher: LiveTeacher | CachedTeacher, draft: TrainedDraft):
     """The teacher as `draft` sees it: itself for a full-vocabulary draft, over its support for a reduced one."""
     return teacher if draft.vocab is None else SupportTeacher(teacher, draft)
 
@@ -111,10 +110,10 @@ def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | Non
 
 def cached_ref_kl(
     cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer: PreTrainedTokenizerBase,
-    target: PreTrainedModel | None = None, features: FeatureCache | None = None,
+    source: FeatureSource | None = None,
 ) -> np.ndarray:
-    """The reference's per-token KL to the cached teacher, computed on first use; an EAGLE-3 reference reads
-    `target`'s features from their cache (`features`)."""
+    """The reference's per-token KL to the cached teacher, computed on first use; an EAGLE-3 reference reads the
+    target's features from `source` (its student's: their cache)."""
     folder = paths.ref_dir(cfg) / "teacher_kl" / teacher.cache.spec.name
     identity = {
         "reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"],
@@ -127,7 +126,7 @@ def cached_ref_kl(
         identity["ttt_passes"] = str(passes)
     values = load_ref_kl(folder, identity)
     if values is None:
-        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation, target, features)
+        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation, source)
         values = write_ref_kl(
             reference,
             for_draft(teacher, reference),
