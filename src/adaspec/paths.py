@@ -34,10 +34,13 @@ def _suffix(tag: str) -> str:
 
 
 def _kind(cfg: DictConfig) -> str:
-    """`-eagle3` on the folders of an EAGLE-3 head's stages (model.draft_kind), then `-<model.draft_name>`
-    where set (drafts of other sizes, e.g. `-h256x6`): every kind and size of draft shares the target, its
-    answers and caches, never a draft folder."""
-    kind = "-eagle3" if str(cfg.model.get("draft_kind", "model")) == "eagle3" else ""
+    """The folder suffix of the kind of draft (model.draft_kind; `-eagle3` for an EAGLE-3 head), then
+    `-<model.draft_name>` where set (drafts of other sizes, e.g. `-h256x6`): every kind and size of draft shares
+    the target, its answers and caches, never a draft folder."""
+    # the drafts load torch, which the commands that only find folders never need
+    from adaspec.drafts import trained_kind
+
+    kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
     return kind + _suffix(cfg.model.get("draft_name") or "")
 
 

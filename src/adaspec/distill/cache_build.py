@@ -24,9 +24,9 @@ from adaspec.distill.teacher_cache import (
     derive_topk,
     write_teacher_cache,
 )
+from adaspec.drafts import trained_kind
 from adaspec.errors import UserError
 from adaspec.models.build import freeze, load_model
-from adaspec.models.eagle3 import eagle3_layers
 from adaspec.toolkit import device_for
 
 
@@ -89,11 +89,11 @@ def build_cache(cfg: DictConfig) -> Path:
 
 
 def head_feature_layers(cfg: DictConfig, target) -> list[int] | None:
-    """The target layers an EAGLE-3 head of this config reads (the head's own choice, eagle3_layers), so the
-    teacher cache's forward fills its feature cache too and stage 2 finds it built; None for other drafts."""
-    if str(cfg.model.draft_kind) != "eagle3" or cfg.distill.teacher != "cache":
+    """The target layers the draft of this config trains on (an EAGLE-3 head's: `TrainedDraft.feature_layers`), so
+    the teacher cache's forward fills its feature cache too and stage 2 finds it built; None for other drafts."""
+    if cfg.distill.teacher != "cache":
         return None
-    return eagle3_layers(target.config.num_hidden_layers)
+    return trained_kind(cfg.model.draft_kind).feature_layers(target.config) or None
 
 
 def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig
 from torch import Tensor
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from adaspec.decoding.sampling import sample
 from adaspec.decoding.serving import CAPACITY_STEP, compile_options, rounded_capacity
@@ -30,7 +31,14 @@ from adaspec.drafts.feature_source import FeatureSource
 from adaspec.drafts.trained import TrainedDraft
 from adaspec.drafts.tree_expansion import Pool, expand, frontier_mask
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
-from adaspec.models.eagle3 import Eagle3Head, KVCache, StaticKVCache, shift_features
+from adaspec.models.eagle3 import (
+    Eagle3Config,
+    Eagle3Head,
+    KVCache,
+    StaticKVCache,
+    eagle3_layers,
+    shift_features,
+)
 
 TTT_DECAY = 0.8  # EAGLE-3's weight of pass k of its training-time test: 0.8^k
 
@@ -41,6 +49,10 @@ COMPILED_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 class Eagle3Draft(TrainedDraft):
     kind = "eagle3"
+    folder_suffix = "-eagle3"
+    export_format = "speculators"
+    model_type = Eagle3Config.model_type
+    starts_from_target = True
     proposes_trees = True
 
     def __init__(self, head: Eagle3Head, vocab: DraftVocab | None = None, target: PreTrainedModel | None = None):
@@ -58,10 +70,25 @@ class Eagle3Draft(TrainedDraft):
         self._static_caches: dict[int, StaticKVCache] = {}  # by capacity: a compiled step keeps their addresses
 
     @classmethod
-    def load(cls, folder: str | Path, target: PreTrainedModel | None = None, dtype: torch.dtype | None = None
-             ) -> Eagle3Draft:
+    def load(cls, folder: str | Path, attn_implementation: str = "auto", target: PreTrainedModel | None = None,
+             dtype: torch.dtype | None = None, **_) -> Eagle3Draft:
         head = Eagle3Head.from_pretrained(folder, **({"dtype": dtype} if dtype is not None else {}))
         return cls(head, load_draft_vocab(folder), target)
+
+    @classmethod
+    def feature_layers(cls, target_config: PretrainedConfig) -> list[int]:
+        return eagle3_layers(target_config.num_hidden_layers)  # the head's own choice (`Eagle3Head.from_target`)
+
+    @classmethod
+    def from_target(cls, cfg: DictConfig, target: PreTrainedModel, vocab: DraftVocab | None) -> Eagle3Draft:
+        """A head at the target's width, its embedding the target's (frozen), its output over `vocab` (None: the
+        target's vocabulary); model.head_output_init=target starts its final norm and output rows as the target's."""
+        size = target.config.vocab_size
+        torch.manual_seed(cfg.seed)
+        rows = None
+        if cfg.model.head_output_init == "target":
+            rows = torch.arange(size) if vocab is None else vocab.draft_to_target
+        return cls(Eagle3Head.from_target(target, size if vocab is None else vocab.size, output_rows=rows), vocab)
 
     # --- what training needs -------------------------------------------------------------------------
     def features(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:

@@ -27,6 +27,7 @@ from adaspec.models.draft_vocab import DraftVocab, is_reduced, load_draft_vocab
 
 class ModelDraft(TrainedDraft):
     kind = "model"
+    export_format = "hf"
     proposes_trees = True
 
     def __init__(self, model: PreTrainedModel, vocab: DraftVocab | None = None):
@@ -39,8 +40,10 @@ class ModelDraft(TrainedDraft):
         self.model, self.vocab = model, vocab
 
     @classmethod
-    def load(cls, folder: str | Path, attn_implementation: str = "auto", **kwargs) -> ModelDraft:
-        """A saved draft (or reference) artefact with the id map saved beside it (`draft_vocab.json`)."""
+    def load(cls, folder: str | Path, attn_implementation: str = "auto", target: PreTrainedModel | None = None,
+             **kwargs) -> ModelDraft:
+        """A saved draft (or reference) artefact with the id map saved beside it (`draft_vocab.json`); it reads no
+        `target`."""
         from adaspec.models.build import load_model  # models.build imports the draft-init machinery
 
         return cls(load_model(folder, attn_implementation, **kwargs), load_draft_vocab(folder))

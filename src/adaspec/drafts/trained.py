@@ -1,13 +1,17 @@
-"""A kind of draft the stages train (`model.draft_kind`), declared by its class: what training reads of the target
-and its loss on a batch."""
+"""A kind of draft the stages train (`model.draft_kind`), declared by its class: the suffix of its folders, how its
+first weights are made, what training reads of the target, its loss on a batch and its export format. The kinds
+are listed by name in `adaspec.drafts.TRAINED_KINDS`; nothing outside `adaspec.drafts` asks which kind it has."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
+from omegaconf import DictConfig
 from torch import Tensor, nn
+from transformers import PretrainedConfig, PreTrainedModel
 
 from adaspec.drafts.base import Draft
 from adaspec.drafts.feature_source import FeatureSource
@@ -17,9 +21,33 @@ from adaspec.models.draft_vocab import DraftVocab
 class TrainedDraft(Draft):
     """`model`: the weights the optimiser updates; `vocab`: its id map when its vocabulary is reduced."""
 
+    # on the folders of its stages (adaspec.paths), before -<model.draft_name>: kinds share the target, never a draft
+    folder_suffix: ClassVar[str] = ""
+    export_format: ClassVar[str]  # how adaspec.export writes it: "hf" or "speculators"
+    model_type: ClassVar[str | None] = None  # its artefacts' config.json `model_type`; None: any other
+    # its first weights are `from_target` of the target artefact; else built from model.draft (stage 0's draft, a
+    # pretrained one, or model.draft_init: adaspec.stages.draft_init)
+    starts_from_target: ClassVar[bool] = False
+
     model: nn.Module
     vocab: DraftVocab | None
     feature_source: FeatureSource | None = None  # where it reads the target's hidden states (`attach_training`)
+
+    @classmethod
+    @abstractmethod
+    def load(cls, folder: str | Path, attn_implementation: str = "auto", target: PreTrainedModel | None = None,
+             **kwargs: Any) -> TrainedDraft:
+        """A saved artefact of this kind; `target` for a kind that reads the target's hidden states."""
+
+    @classmethod
+    def feature_layers(cls, target_config: PretrainedConfig) -> list[int]:
+        """The target's hidden states training reads for a target of `target_config` (its `target_layers`)."""
+        return []
+
+    @classmethod
+    def from_target(cls, cfg: DictConfig, target: PreTrainedModel, vocab: DraftVocab | None) -> TrainedDraft:
+        """The initial draft of a kind that `starts_from_target`, over `vocab` (None: the target's vocabulary)."""
+        raise NotImplementedError(f"a {cls.kind} draft starts from model.draft")
 
     def attach_training(self, source: FeatureSource) -> None:
         """Read the target's hidden states from `source` in training (a draft with `target_layers`)."""

@@ -11,18 +11,16 @@ from omegaconf import OmegaConf
 
 from adaspec import paths
 from adaspec.artefacts import read_meta, verify_weights, write_atomically
-from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
+from adaspec.drafts import artefact_kind, load_draft
 from adaspec.errors import UserError
-from adaspec.models.eagle3 import Eagle3Config
 from adaspec.toolkit import checked_config
 
 PROVENANCE = "adaspec_export.json"
 
 
 def format_of(draft_folder: Path) -> str:
-    """The format a draft artefact exports to, by its kind (its config.json's `model_type`)."""
-    kind = json.loads((Path(draft_folder) / "config.json").read_text()).get("model_type")
-    return "speculators" if kind == Eagle3Config.model_type else "hf"
+    """The format a draft artefact exports to, its kind's (`TrainedDraft.export_format`)."""
+    return artefact_kind(draft_folder).export_format
 
 
 def trained_folder(draft: Path | None, overrides: list[str], stage: str = "draft", k: float = 0.4) -> Path:
@@ -56,33 +54,32 @@ def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = 
         raise UserError(f"{out} exists and is not empty; pass --overwrite to replace it, or choose --out")
     draft = load_draft(draft_folder, dtype=dtype) if dtype is not None else load_draft(draft_folder)
 
-    if isinstance(draft, Eagle3Draft):
-        # each format's writer is imported only for the kind being exported
+    form = draft.export_format
+    if form == "speculators":
+        # each format's writer is imported only when it writes
         from safetensors.torch import save_file
 
         from adaspec.export.speculators_format import speculators_config, speculators_tensors
 
-        form = "speculators"
         verifier = verifier or str(target_folder.resolve())
         config = speculators_config(draft, verifier, target_config, speculative_tokens)
 
         def write(folder: Path) -> None:
             (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             save_file(speculators_tensors(draft, embedding), folder / "model.safetensors", metadata={"format": "pt"})
-    elif isinstance(draft, ModelDraft):
-        # each format's writer is imported only for the kind being exported
+    elif form == "hf":
+        # each format's writer is imported only when it writes
         from transformers import AutoTokenizer
 
         from adaspec.export.hf_folder import check_full_vocabulary, write_hf_folder
 
-        form = "hf"
         check_full_vocabulary(draft, draft_folder, target_config)
         tokenizer = AutoTokenizer.from_pretrained(draft_folder)
 
         def write(folder: Path) -> None:
             write_hf_folder(draft, tokenizer, folder)
-    else:  # pragma: no cover - load_draft returns one of the two
-        raise UserError(f"{draft_folder} holds a draft of kind {draft.kind!r}, which has no export format")
+    else:  # pragma: no cover - every trained kind exports to one of the two
+        raise UserError(f"{draft_folder} holds a draft of kind {draft.kind!r}, whose format {form!r} has no writer")
 
     def fill(folder: Path) -> None:
         write(folder)

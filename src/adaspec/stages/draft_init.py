@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -21,11 +20,10 @@ from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distributed import is_global_zero, wait_for
-from adaspec.drafts import Eagle3Draft, ModelDraft, load_draft
+from adaspec.drafts import ModelDraft, TrainedDraft, load_draft, trained_kind
 from adaspec.errors import UserError
 from adaspec.models.build import load_model, n_params, pretrained_tokenizer, resize_embeddings, scratch_model
 from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_draft_vocab
-from adaspec.models.eagle3 import Eagle3Head
 from adaspec.models.fetch import resolve_pretrained
 from adaspec.models.init_from_target import init_draft
 from adaspec.models.vocab import vocabulary_mismatch
@@ -98,12 +96,13 @@ def check_init_settings(cfg: DictConfig, folder: Path) -> None:
 
 def initial_draft(
     cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, from_stage0: bool = True
-) -> tuple[ModelDraft | Eagle3Draft, dict[str, str]]:
+) -> tuple[TrainedDraft, dict[str, str]]:
     """(the initial draft, with its id map when its vocabulary is reduced, upstream hashes).
     `from_stage0`: stage 0's draft when stage 0 runs (False: what stage 0 itself starts from)."""
     reduce = cfg.model.draft_vocab_size > 0
-    if cfg.model.draft_kind == "eagle3":
-        return eagle3_from_target(cfg, tokenizer)
+    kind = trained_kind(cfg.model.draft_kind)
+    if kind.starts_from_target:
+        return kind_from_target(kind, cfg, tokenizer)
     if cfg.model.source == "pretrained" and cfg.model.draft_path:
         model, upstream = pretrained_draft(cfg, tokenizer), {}
     elif from_stage0 and uses_pretrain(cfg):  # stage 0's draft for this seed
@@ -162,19 +161,15 @@ def training_vocab(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, target_s
     return build_draft_vocab((e.input_ids for e in encoded), tokenizer, cfg.model.draft_vocab_size, target_size)
 
 
-def eagle3_from_target(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> tuple[Eagle3Draft, dict[str, str]]:
-    """An EAGLE-3 head at the target artefact's width, its embedding the target's (frozen), its output over
-    the model.draft_vocab_size most frequent training tokens (0: the target's vocabulary)."""
+def kind_from_target(kind: type[TrainedDraft], cfg: DictConfig, tokenizer: PreTrainedTokenizerBase
+                     ) -> tuple[TrainedDraft, dict[str, str]]:
+    """A draft of a kind built from the target artefact alone (an EAGLE-3 head: `kind.from_target`), its output
+    over the model.draft_vocab_size most frequent training tokens (0: the target's vocabulary)."""
     target_folder = paths.final(paths.target_dir(cfg))
     target = load_model(target_folder, cfg.model.attn_implementation).eval()
     size = target.config.vocab_size
     vocab = training_vocab(cfg, tokenizer, size) if cfg.model.draft_vocab_size > 0 else None
-    torch.manual_seed(cfg.seed)
-    rows = None
-    if cfg.model.head_output_init == "target":
-        rows = torch.arange(size) if vocab is None else vocab.draft_to_target
-    head = Eagle3Head.from_target(target, size if vocab is None else vocab.size, output_rows=rows)
-    return Eagle3Draft(head, vocab), {"target": read_meta(target_folder)["weights"]}
+    return kind.from_target(cfg, target, vocab), {"target": read_meta(target_folder)["weights"]}
 
 
 def draft_from_target(
