@@ -70,6 +70,7 @@ class Draft(ABC):
 
     kind: str  # "model", "prompt_lookup", ...
     proposes_trees: bool = False  # its sessions are `TreeSession`s (decode.tree)
+    takes_lookup_branch: bool = True  # decode.tree.lookup may graft prompt lookup's chain onto its trees
     # indices into the target's `hidden_states` the draft reads (`TargetReadingSession`); none for most
     target_layers: list[int] = []
 
@@ -120,6 +121,10 @@ class Draft(ABC):
         block (`adaspec.evaluation.hf_assisted`); None when HF cannot run it (the results say so instead of
         timing it)."""
         return None
+
+    def hf_assisted_refusal(self) -> str:
+        """Why HF assisted generation cannot run it (`hf_assisted_kwargs` is None), after the draft's name."""
+        return f"is a {self.kind} draft, which HF assisted generation cannot run"
 
     def int8(self, device: torch.device, folder: Any = None, attn_implementation: str = "auto") -> Draft | None:
         """An int8 copy for `decode.draft_quant=int8` (on a GPU loaded from the artefact `folder`), or None for a

@@ -221,6 +221,9 @@ class Eagle3Draft(TrainedDraft):
 
         return median_seconds(prepare, lambda session: session.propose(prompt[0], 1, 0.0, None), prompt, repeats)
 
+    def hf_assisted_refusal(self) -> str:
+        return "is an EAGLE-3 head, which HF assisted generation cannot run"
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "parameters": sum(p.numel() for p in self.model.trainable_parameters()),
                 "frozen_embedding_parameters": self.model.embed_tokens.weight.numel(),

@@ -108,6 +108,10 @@ class ModelDraft(TrainedDraft):
             return None
         return {"assistant_model": self.model}
 
+    def hf_assisted_refusal(self) -> str:
+        return (f"has a reduced vocabulary ({self.describe()['draft_vocab_size']} tokens); HF assisted generation "
+                f"cannot map its ids")
+
     def int8(self, device: torch.device, folder: Path | None = None, attn_implementation: str = "auto") -> ModelDraft:
         """CPU: torch dynamic quantisation of this model; GPU: the artefact at `folder` loaded by bitsandbytes."""
         from adaspec.decoding.quant import load_draft_8bit, quantize_draft_int8  # bitsandbytes is optional

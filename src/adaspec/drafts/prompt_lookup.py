@@ -64,6 +64,7 @@ def lookup_tree(ids: list[int], shape: TreeShape, max_ngram_size: int, min_ngram
 class PromptLookupDraft(Draft):
     kind = "prompt_lookup"
     proposes_trees = True
+    takes_lookup_branch = False  # its trees are lookups already: it would graft itself
 
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1):
         if not 1 <= min_ngram_size <= max_ngram_size:

@@ -360,10 +360,7 @@ def trained_entries(
             print(f"[adaspec] evaluate: decode.draft_compile: {draft_name(k, tag=tag)} (a {draft.kind} draft) has no "
                   f"compiled steps; it decodes eager")
         if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
-            why = ("is an EAGLE-3 head, which HF assisted generation cannot run" if draft.kind == "eagle3" else
-                   f"has a reduced vocabulary ({draft.describe()['draft_vocab_size']} tokens); HF assisted "
-                   f"generation cannot map its ids")
-            print(f"[adaspec] evaluate: {draft_name(k, tag=tag)} {why}, not compared")
+            print(f"[adaspec] evaluate: {draft_name(k, tag=tag)} {draft.hf_assisted_refusal()}, not compared")
         variants = [("none", draft)]
         if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
             quantised = draft.int8(device, path, attn)

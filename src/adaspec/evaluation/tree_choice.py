@@ -54,11 +54,11 @@ def _tau(results: list[GenerationResult]) -> float:
 
 
 def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
-    """The shapes `draft` can decode: none for a draft that cannot rank alternatives, no lookup branch for
-    prompt lookup itself (it would graft itself)."""
+    """The shapes `draft` can decode: none for a draft that cannot rank alternatives, no lookup branch for one
+    that takes none (prompt lookup itself: it would graft itself)."""
     if not draft.proposes_trees:
         return []
-    return [s for s in shapes if not (s.lookup and draft.kind == "prompt_lookup")]
+    return [s for s in shapes if draft.takes_lookup_branch or not s.lookup]
 
 
 @torch.inference_mode()
