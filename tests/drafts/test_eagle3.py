@@ -128,6 +128,33 @@ def test_the_training_time_test_computes_each_proposal_of_a_block(trained):
     assert [int(passes[k][0, 8 + k].argmax()) for k in range(3)] == proposals.tolist()
 
 
+def test_heads_given_one_feature_source_run_the_target_once_per_batch(target):
+    """Stage 3's student and reference read the target through one `FeatureSource` (`attach_training`): one target
+    forward per batch for both; another batch runs it again, and a head with a source of its own runs it itself."""
+    from adaspec.drafts import FeatureSource
+
+    student, reference, alone = (Eagle3Draft(Eagle3Head.from_target(target, V)) for _ in range(3))
+    shared = FeatureSource(target)
+    student.attach_training(shared)
+    reference.attach_training(shared)
+    alone.attach_training(FeatureSource(target))
+    ids = prompt(7, 10)
+    mask = torch.ones_like(ids)
+    calls = []
+    hook = target.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        student.logits(ids, attention_mask=mask)
+        reference.logits(ids, attention_mask=mask)
+        assert len(calls) == 1
+        alone.logits(ids, attention_mask=mask)
+        assert len(calls) == 2
+        assert torch.equal(student.features(ids, mask), alone.features(ids, mask)) and len(calls) == 2
+        student.logits(ids.clone(), attention_mask=mask)  # another batch: the same tokens in another tensor
+        assert len(calls) == 3
+    finally:
+        hook.remove()
+
+
 def test_kl_training_lowers_the_loss_and_the_target_accepts_the_head(trained, target):
     draft, losses = trained
     assert np.mean(losses[-20:]) < 0.5 * np.mean(losses[:20])
