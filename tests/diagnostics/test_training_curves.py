@@ -12,6 +12,7 @@ import pytest
 
 from adaspec import paths
 from adaspec.commands.curves import main as curves_main
+from adaspec.commands.curves import parse_run
 from adaspec.config_rules import validate
 from adaspec.diagnostics.training_curves import read_curves, settled_step
 from adaspec.pipeline import run_stage
@@ -69,3 +70,10 @@ def test_the_command_writes_json_and_png_and_names_a_missing_log(stopped_run, tm
     assert done.returncode == 2 and not (tmp_path / "out2").exists()
     assert done.stderr.strip().splitlines() == [
         f"error: --run 'x={missing}': {missing / 'logs' / 'metrics.csv'} does not exist; train the stage first"]
+
+
+def test_a_label_may_carry_an_equals_sign(tmp_path):
+    """`--run "AdaSPEC k=0.4=FOLDER"`: the folder follows the last `=`; split at the first, it would be `0.4=FOLDER`."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.csv").write_text("epoch,step\n")
+    assert parse_run(f"AdaSPEC k=0.4={tmp_path}") == ("AdaSPEC k=0.4", tmp_path)

@@ -17,7 +17,7 @@ from adaspec.toolkit import write_json_atomically
 
 
 def parse_run(text: str) -> tuple[str, Path]:
-    label, sep, folder = text.partition("=")
+    label, sep, folder = text.rpartition("=")  # the last `=`: a label may say k=0.4
     if not sep or not label or not folder:
         raise UserError(f"--run {text!r}: expected LABEL=FOLDER (a stage folder holding logs/metrics.csv)")
     path = Path(folder)
