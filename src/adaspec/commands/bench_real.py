@@ -77,6 +77,7 @@ from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine
 from adaspec.paper.draft_groups import DRAFT_GROUPS, capacity_drafts, capacity_run, capacity_sizes
 from adaspec.paper.plan import CAPACITY_GROUP
+from adaspec.paper.step_filter import parse_ks
 from adaspec.toolkit import checked_config, markdown_table, no_tokenizer_parallelism, write_json_atomically
 
 RESULTS = Path("bench/results")
@@ -232,15 +233,8 @@ def _add_draft_group_options(parser: argparse.ArgumentParser) -> None:
                              "float32-compiled and bfloat16-compiled-w2 too, as bench/results/capacity-seed<s>-"
                              "g<gammas>.json; the options given win")
     parser.add_argument("--seed", type=int, default=None, help="with --draft-group: the seed whose drafts (0)")
-    parser.add_argument("--ks", default=None, metavar="K,...",
+    parser.add_argument("--ks", type=parse_ks, default=None, metavar="K,...",
                         help="with --draft-group: the independent drafts at these k (0.4,1)")
-
-
-def _group_ks(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(k) for k in text.split(",") if k)
-    except ValueError:
-        raise UserError(f"--ks: expected numbers such as 0.4,1, got {text!r}") from None
 
 
 def with_draft_group(argv: list[str], outputs: Path = Path("outputs")) -> list[str]:
@@ -254,7 +248,7 @@ def with_draft_group(argv: list[str], outputs: Path = Path("outputs")) -> list[s
     if group.draft_group is None:
         return argv
     seed = 0 if group.seed is None else group.seed
-    drafts = capacity_drafts(seed, _group_ks(group.ks or "0.4,1"), outputs)
+    drafts = capacity_drafts(seed, group.ks or (0.4, 1.0), outputs)
     if not drafts:
         sizes = " ".join(f"{CAPACITY_GROUP}_{size}" for size, _ in capacity_sizes())
         raise UserError(

@@ -46,7 +46,7 @@ from adaspec.paper.plan import (
     sweep_steps,
     task_steps,
 )
-from adaspec.paper.step_filter import STAGES, StepFilter, selected_steps
+from adaspec.paper.step_filter import STAGES, StepFilter, parse_ks, selected_steps
 from adaspec.toolkit import no_tokenizer_parallelism, write_json_atomically, write_text_atomically
 
 no_tokenizer_parallelism()
@@ -57,13 +57,6 @@ def _stages(text: str) -> tuple[str, ...]:
     if unknown := [s for s in stages if s not in STAGES]:
         raise argparse.ArgumentTypeError(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
     return stages
-
-
-def _ks(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(k) for k in text.split(",") if k)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers such as 0.4,1, got {text!r}") from None
 
 
 def _reused(parser: argparse.ArgumentParser, values: list[str], tasks: list[str]) -> dict[str, Path]:
@@ -105,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
              "without its _ (matched, nla, lk, ...); collect nothing",
     )
     parser.add_argument(
-        "--ks", type=_ks, default=(), metavar="K,...", help="run only the drafts at these k; collect nothing"
+        "--ks", type=parse_ks, default=(), metavar="K,...", help="run only the drafts at these k; collect nothing"
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the steps as standalone commands and stop"

@@ -4,6 +4,7 @@ without its other losses and its evaluations."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from adaspec.errors import UserError
@@ -11,6 +12,14 @@ from adaspec.paper.plan import Step, TaskPlan
 
 STAGES = ("pretrain_target", "target", "cache", "pretrain_draft", "ref", "draft", "eval")
 OWN_ARM = "a"  # arm (a): the drafts of the task's own config; every other arm is its config's suffix (_nla: nla)
+
+
+def parse_ks(text: str) -> tuple[float, ...]:
+    """An option's list of k, `0.4,1` (`paper --ks`, `bench-real --ks`)."""
+    try:
+        return tuple(float(k) for k in text.split(",") if k)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers such as 0.4,1, got {text!r}") from None
 
 
 def override(step: Step, key: str) -> str | None:
