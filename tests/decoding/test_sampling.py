@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaspec.decoding.sampling import sample
+from adaspec.decoding.sampling import greedy, sample
 from tests.decoding.test_speculative import P_THRESHOLD, chi2_pvalue
 
 WEIGHTS = torch.tensor([5.0, 3.0, 1.5, 0.5, 2.0])  # unnormalised
@@ -43,3 +43,16 @@ def test_on_the_cpu_it_is_multinomial_draw_for_draw_in_any_shape():
     one = torch.rand(50)
     assert torch.equal(sample(one, torch.Generator().manual_seed(4)),
                        torch.multinomial(one, 1, generator=torch.Generator().manual_seed(4)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_greedy_is_the_argmax_ties_included(dtype):
+    """`greedy` takes a bfloat16 argmax through float32 for speed; it must pick the same index, the first of tied
+    maxima included (a half-precision vocabulary is full of ties)."""
+    logits = torch.randn(13, 4_096, generator=torch.Generator().manual_seed(0)).to(dtype)
+    logits[:, 7] = logits[:, 3] = logits.max() + 1  # a tie at the top in every row: the first wins
+    assert greedy(logits).tolist() == [3] * 13
+    assert torch.equal(greedy(logits), logits.argmax(-1))
+    assert torch.equal(greedy(logits[0], keepdim=True), logits[0].argmax(-1, keepdim=True))
+    # the negative control: an argmax that does not keep the first of tied maxima is told apart
+    assert greedy(logits.flip(-1)).tolist() != [3] * 13

@@ -243,3 +243,25 @@ def test_a_static_cache_cropped_to_its_known_length_equals_the_crop_that_reads_i
         crop_cache(cache, 5, current)
         lengths.append(int(cache.get_seq_length()))
     assert lengths == [5, 5]
+
+
+def test_a_compiled_step_that_returns_hidden_states_is_one_graph(llama):
+    """A verification that also returns the head's features compiles to ONE graph: transformers installs its
+    hidden-state hooks at the first call that asks for them, and inside a trace that install breaks the graph
+    (Python between two graphs at every step). `Served` installs them eagerly before compiling."""
+    from torch._dynamo.utils import counters
+
+    def graph_breaks(call) -> int:
+        counters.clear()
+        call()
+        return sum(counters["graph_break"].values())
+
+    compiled = served(tiny_llama(0, init_std=0.5), "float32-compiled")
+    assert graph_breaks(lambda: compiled.warm_up([3], feature_layers=[0, 2])) == 0
+    # the control: the same model compiled as it comes breaks where the hooks are installed
+    model = tiny_llama(0, init_std=0.5)
+    step = torch.compile(model.forward, dynamic=False)
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with torch.inference_mode():
+        assert graph_breaks(lambda: step(input_ids=torch.zeros(1, 3, dtype=torch.long), past_key_values=cache,
+                                         use_cache=True, output_hidden_states=True)) > 0

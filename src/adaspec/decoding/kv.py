@@ -35,13 +35,12 @@ def run(model, ids: Tensor, cache: DynamicCache, logits_to_keep: int = 0, output
 def compact_cache(cache: Cache, start: int, slots: list[int]) -> None:
     """Move the rows `slots` (ascending, each >= its destination) of every layer to `start`, `start + 1`, ... and
     crop the cache after them: what a tree verification keeps of its rows (the accepted path)."""
-    if slots != list(range(start, start + len(slots))):
+    first = next((i for i, slot in enumerate(slots) if slot != start + i), len(slots))  # rows before it stay put
+    if first < len(slots) and cache.layers:
+        source = torch.tensor(slots[first:], dtype=torch.long, device=cache.layers[0].keys.device)
         for layer in cache.layers:
-            device = layer.keys.device
-            source = torch.tensor(slots, dtype=torch.long, device=device)
-            target = torch.arange(start, start + len(slots), device=device)
-            layer.keys.index_copy_(2, target, layer.keys.index_select(2, source))
-            layer.values.index_copy_(2, target, layer.values.index_select(2, source))
+            for rows in (layer.keys, layer.values):
+                rows[:, :, start + first : start + len(slots)] = rows.index_select(2, source)
     crop_cache(cache, start + len(slots))
 
 

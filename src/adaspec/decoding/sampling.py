@@ -1,4 +1,4 @@
-"""Drawing tokens from distributions without making the host wait for the device.
+"""Picking tokens: the argmax (`greedy`), and draws from distributions without making the host wait for the device.
 
 `torch.multinomial` on a CUDA tensor waits for the device; the exponential race (gpt-fast's
 `multinomial_sample_one_no_sync`) draws from the same distribution on the device alone: with independent
@@ -11,6 +11,14 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def greedy(logits: Tensor, keepdim: bool = False) -> Tensor:
+    """`logits.argmax(-1)`, the same index: on the CPU a bfloat16 argmax runs element by element (1.2 ms over 13 rows
+    of a 49,152-way vocabulary, AMD EPYC) where converting to float32 first, which is exact, takes 0.3 ms."""
+    if logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float16):
+        logits = logits.float()
+    return logits.argmax(-1, keepdim=keepdim)
 
 
 def sample(weights: Tensor, generator: torch.Generator | None = None, race: bool | None = None) -> Tensor:

@@ -139,6 +139,7 @@ class Served:
                 torch._inductor.config.freezing = True  # weights as constants: what gpt-fast measures on CPU
             # one graph per width: a cost curve compiles up to 9, more than dynamo's default limit of 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            _install_output_hooks(model)
             self._compiled = torch.compile(model.forward, dynamic=False, **compile_options(self.device))
 
     @property
@@ -260,6 +261,15 @@ class Served:
             else:
                 self.step_with_features(ids, cache, feature_layers)
         return dict(self.compile_seconds)
+
+
+@torch.inference_mode()
+def _install_output_hooks(model: PreTrainedModel) -> None:
+    """One eager forward that asks for hidden states. Transformers installs the hooks that collect them at the
+    first such call; made inside a compiled step (a verification that returns the head's features), that install
+    splits the step in two graphs, for good, with Python between them at every call."""
+    model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device),
+          output_hidden_states=True)
 
 
 def rounded_capacity(positions: int) -> int:

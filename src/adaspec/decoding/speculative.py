@@ -27,7 +27,7 @@ from transformers import PreTrainedModel
 
 from adaspec.decoding.blocks import run_blocks
 from adaspec.decoding.policies import Policy
-from adaspec.decoding.sampling import sample
+from adaspec.decoding.sampling import greedy, sample
 from adaspec.decoding.serving import Served, as_served
 from adaspec.decoding.stats import GenerationResult
 from adaspec.decoding.tree import MAX_NODES, TreeShape, accept_greedy, accept_sampled
@@ -44,7 +44,7 @@ def _probs(logits: Tensor, temperature: float) -> Tensor:
 def _pick(logits: Tensor, temperature: float, generator: torch.Generator | None) -> Tensor:
     """Next token ``[1]`` from logits ``[V]``: argmax if ``temperature == 0``, else a sample."""
     if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
+        return greedy(logits, keepdim=True)
     return sample(_probs(logits, temperature), generator)
 
 
@@ -54,7 +54,7 @@ def verify_greedy(target_logits: Tensor, proposals: Tensor) -> tuple[Tensor, Ten
     Returns ``(n_accepted, next_token)``: the longest prefix of proposals equal to the target's
     argmax, and the target's argmax after it (correction, or bonus when all match). No host sync.
     """
-    pred = target_logits.argmax(-1)
+    pred = greedy(target_logits)
     n = (pred[..., :-1] == proposals).cumprod(-1).sum(-1)
     return n, pred.gather(-1, n.unsqueeze(-1)).squeeze(-1)
 

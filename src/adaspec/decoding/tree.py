@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from adaspec.decoding.sampling import sample
+from adaspec.decoding.sampling import greedy, sample
 from adaspec.decoding.tree_shape import MAX_NODES, TreeShape, tree_shape
 
 __all__ = ["MAX_NODES", "Tree", "TreeShape", "accept_greedy", "accept_sampled", "attention_mask", "tree_shape"]
@@ -139,7 +139,7 @@ def additive(seen: Tensor, dtype: torch.dtype) -> Tensor:
 def accept_greedy(logits: Tensor, tree: Tree) -> tuple[list[int], int]:
     """Greedy verification of `tree` from the target's logits `[N + 1, V]` (row 0: the root): the accepted path
     (node indices, root excluded) and the target's argmax after it."""
-    predicted = logits.argmax(-1).tolist()
+    predicted = greedy(logits).tolist()
     path, node = [], -1
     while True:
         token = predicted[node + 1]

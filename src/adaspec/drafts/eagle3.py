@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 from transformers import PretrainedConfig, PreTrainedModel
 
-from adaspec.decoding.sampling import sample
+from adaspec.decoding.sampling import greedy, sample
 from adaspec.decoding.serving import CAPACITY_STEP, compile_options, rounded_capacity
 from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import GreedyBlocks, median_seconds
@@ -374,7 +374,7 @@ class _Eagle3Session:
         while True:
             logits = logits[:support]
             if temperature == 0:
-                probs, token = None, logits.argmax(-1, keepdim=True)
+                probs, token = None, greedy(logits, keepdim=True)
             else:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
                 token = sample(probs, generator)

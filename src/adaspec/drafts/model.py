@@ -16,7 +16,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from adaspec.decoding.kv import compact_cache, crop_cache, forward, run
-from adaspec.decoding.sampling import sample
+from adaspec.decoding.sampling import greedy, sample
 from adaspec.decoding.tree import Tree, TreeShape, additive
 from adaspec.distill.tokens import answer_logits
 from adaspec.drafts.base import GreedyBlocks
@@ -101,7 +101,7 @@ class ModelDraft(TrainedDraft):
         seq = torch.cat([prompt[0], target_ids[:-1]]).view(1, -1)
         support = width if self.vocab is None else self.vocab.size
         logits = self.logits(seq, logits_to_keep=len(tokens))[0, :, :support]
-        return (self.to_target_ids(logits.argmax(-1)) == target_ids).tolist()
+        return (self.to_target_ids(greedy(logits)) == target_ids).tolist()
 
     def hf_assisted_kwargs(self, gamma: int) -> dict[str, Any] | None:
         if self.vocab is not None:  # HF would feed draft ids to the target unmapped
@@ -153,7 +153,7 @@ class _ModelSession:
         for _ in range(gamma):
             logits = forward(self.model, self.draft.to_draft_ids(x), self.cache, logits_to_keep=1)[-1, : self.support]
             if temperature == 0:
-                token = logits.argmax(-1, keepdim=True)
+                token = greedy(logits, keepdim=True)
             else:
                 probs.append(torch.softmax(logits.float() / temperature, dim=-1))
                 token = sample(probs[-1], generator)
