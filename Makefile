@@ -81,11 +81,13 @@ demo: install
 # would reproduce the reference bit for bit (eval.reference: README, Commands), so it is not trained again.
 # Every step skips what is finished and resumes what was interrupted: rerun it after a crash.
 # demo-real's evaluation serves as make bench-real found fastest (bench/results/smollm2.json): the target compiled in
-# bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16,
+# bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16
+# with its steps compiled (bench/results/decode-block-profile-ab*.json),
 # each draft's tree or chain chosen on held-out prompts (decode.tree=auto; here the hybrid k4-d3-n12+lookup8 for the
 # heads, as in bench/results/smollm2-long-lookup.json); compiling the step graphs takes a few minutes, excluded from
 # every figure.
 SERVE_FASTEST ?= decode.target_dtype=bfloat16 decode.kv_cache=static decode.compile=true decode.draft_dtype=bfloat16 \
+	decode.draft_compile=true \
 	gamma=3 eval.gammas=[3] decode.tree=auto eval.target_servings=[bfloat16-compiled-w2]
 REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
@@ -153,12 +155,12 @@ bench: install
 # Speed on the real target (make demo-real first): every gamma and the adaptive policy, greedy and
 # temperature 1, against target-only decoding -> bench/results/smollm2.json
 # DRAFTS: which trained drafts bench-real and bench-costs read: demo-real's heads by default (bench-real serves
-# them in bfloat16: half the float32 head's step on this CPU, same alpha; bench-costs times the dtypes of its
+# them in bfloat16, steps compiled: half the float32 head's step on this CPU, same alpha; bench-costs times the dtypes of its
 # --draft-servings), or DRAFTS="$(INDEPENDENT)" for demo-real-independent's drafts. SERVINGS: the target compiled in bfloat16 for speculative decoding, timed
 # against target-only decoding in it and in the two other fastest configurations measured here.
 # TREES: chains of gamma 3 against draft trees of two sizes (verification of 9 and 17 positions), each alone and
 # with prompt lookup grafted in (the hybrid), on 20 GSM8K test prompts.
-DRAFTS ?= $(EAGLE3) decode.draft_dtype=bfloat16
+DRAFTS ?= $(EAGLE3) decode.draft_dtype=bfloat16 decode.draft_compile=true
 SERVINGS ?= --serving bfloat16-compiled --servings float32-compiled,bfloat16-compiled-w2
 TREES ?= --prompts 20 --gammas 3 --no-adaptive --trees k4-d4-n8,k4-d4-n8+lookup,k4-d5-n16,k4-d5-n16+lookup
 bench-real: install

@@ -60,6 +60,7 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     # on held-out prompts among candidates that include the hybrid bench-real found fastest
     decode = evaluation.decode
     assert (str(decode.target_dtype), str(decode.draft_dtype), decode.compile) == ("bfloat16", "bfloat16", True)
+    assert decode.draft_compile  # the head's steps compiled: 1.5-2 ms less a block (decode-block-profile-ab*.json)
     assert str(decode.tree) == "auto" and "k4-d3-n12+lookup8" in evaluation.eval.tree_candidates
     assert list(evaluation.eval.target_servings) == ["bfloat16-compiled-w2"]
 
@@ -92,7 +93,7 @@ def test_bench_real_reads_demo_real_drafts_and_serves_them_as_the_readme_measure
     cfg = checked_config(*args.overrides)
     assert module == "adaspec.commands.bench_real" and cfg.model.draft_kind == "eagle3"
     # the head in bfloat16, the target compiled in bfloat16 against the fastest target-only configurations
-    assert str(cfg.decode.draft_dtype) == "bfloat16" and args.draft_dtype is None
+    assert str(cfg.decode.draft_dtype) == "bfloat16" and args.draft_dtype is None and cfg.decode.draft_compile
     assert args.serving == "bfloat16-compiled" and args.servings == ["float32-compiled", "bfloat16-compiled-w2"]
     # chains against trees and the hybrid, on the 20 prompts
     assert args.prompts == 20 and args.gammas == [3] and {"k4-d5-n16", "k4-d5-n16+lookup"} <= set(args.trees)
