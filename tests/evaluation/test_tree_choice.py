@@ -5,6 +5,7 @@ decode."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from adaspec.decoding import FixedGamma, speculative_generate, target_generate
 from adaspec.decoding.tree import TreeShape, tree_shape
@@ -35,9 +36,11 @@ def model_draft(target):
     return ModelDraft(noisy_copy(target, 0.1, 1))
 
 
-def real_tau(target, draft, shape: TreeShape | None, ids_list, gamma: int) -> float:
+def real_tau(target, draft, shape: TreeShape | None, ids_list, gamma: int, temperature: float = 0.0) -> float:
+    generator = torch.Generator().manual_seed(0)
     runs = [speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach if shape else gamma),
-                                 max_new_tokens=MAX_NEW, eos_token_id=None, tree=shape) for ids in ids_list]
+                                 max_new_tokens=MAX_NEW, eos_token_id=None, tree=shape, temperature=temperature,
+                                 generator=generator) for ids in ids_list]
     return sum(len(r.tokens) for r in runs) / sum(r.target_calls for r in runs)
 
 
@@ -62,6 +65,24 @@ def test_each_candidate_carries_the_tau_real_decoding_gets_and_the_best_one_wins
     best = max(candidates, key=lambda n: candidates[n]["expected_speedup"])
     assert table["chosen"] == best and table["prompts"] == 3
     assert shape == (None if best == CHAIN else TreeShape.parse(best))
+
+
+def test_at_temperature_1_each_candidate_carries_the_tau_sampled_decoding_gets(target, model_draft):
+    """Sampled acceptance is not greedy acceptance: at temperature > 0 every candidate is weighed with the tau that
+    sampled speculative decoding of its shape gets on the calibration prompts (the evaluation's seed)."""
+    draft = HybridDraft(model_draft)
+    ids_list = prompts(3)
+    outputs = [target_generate(target, ids, max_new_tokens=MAX_NEW, eos_token_id=None).tokens for ids in ids_list]
+    tables = {t: choose_tree(target, draft, ids_list, outputs, gamma=3, shapes=SHAPES, max_new_tokens=MAX_NEW,
+                             eos_token_id=None, temperature=t)[1] for t in (0.0, 1.0)}
+    assert tables[0.0]["tau_from"] == "greedy replay"
+    assert tables[1.0]["tau_from"] == "sampled decoding at temperature 1, seed 0"
+    sampled, greedy = tables[1.0]["candidates"], tables[0.0]["candidates"]
+    for name, row in sampled.items():
+        tree = None if name == CHAIN else TreeShape.parse(name)
+        assert row["tau"] == pytest.approx(real_tau(target, draft, tree, ids_list, 3, temperature=1.0)), name
+    # the control: the greedy replay's tau, which used to stand in, differs
+    assert any(sampled[n]["tau"] != pytest.approx(greedy[n]["tau"]) for n in sampled)
 
 
 def test_auto_is_resolved_by_the_evaluation_only():

@@ -425,7 +425,8 @@ def chosen_trees(cfg: DictConfig, target: Served, entries: list[Entry], tokenize
     for entry in tqdm(entries, desc="decode.tree=auto", unit="draft", disable=not progress):
         chosen[entry.name], tables[entry.name] = choose_tree(
             target, entry.draft, prompts, outputs, gamma=int(cfg.decode.gamma), shapes=shapes,
-            max_new_tokens=max_new, eos_token_id=eos, target_s=target_s)
+            max_new_tokens=max_new, eos_token_id=eos, target_s=target_s, temperature=float(cfg.decode.temperature),
+            seed=int(cfg.seed))
     return chosen, tables
 
 

@@ -5,7 +5,9 @@ target's verification of it), every factor measured here, in this process, on th
 
 - tau, the tokens a block emits, by the exact greedy replay (`adaspec.evaluation.replay`) on calibration prompts:
   the `eval.tree_calibration_prompts` test prompts after the evaluated ones, so no row is timed on a prompt that
-  chose its shape. At temperature > 0 the greedy acceptance stands in for the sampled one (lower there);
+  chose its shape. At temperature > 0 greedy acceptance says little about sampled acceptance (on GSM8K the head's
+  hybrid tree emits the most tokens a block greedy and fewer than its chain at temperature 1), so there tau is
+  what sampled speculative decoding of each candidate emits on those prompts (a fixed seed; `tau_from`);
 - the draft's seconds per block: for a tree, the median of its `propose_tree` calls during that replay; for a chain
   of gamma, gamma times its one-token proposal (`Draft.step_seconds`);
 - the verification's seconds (each timed once per evaluation, shared by its drafts): `tree_verify_seconds` of the candidate's node count (its compiled graph, with the
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from adaspec.decoding import FixedGamma, GenerationResult
+from adaspec.decoding import FixedGamma, GenerationResult, speculative_generate
 from adaspec.decoding.serving import as_served
 from adaspec.decoding.tree import TreeShape
 from adaspec.drafts import Draft, hybrid
@@ -64,13 +66,15 @@ def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
 @torch.inference_mode()
 def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[int]], *, gamma: int,
                 shapes: list[TreeShape], max_new_tokens: int, eos_token_id: int | None,
-                target_s: dict[tuple, float] | None = None) -> tuple[TreeShape | None, dict[str, Any]]:
+                target_s: dict[tuple, float] | None = None, temperature: float = 0.0,
+                seed: int = 0) -> tuple[TreeShape | None, dict[str, Any]]:
     """(the shape with the highest expected speed-up, or None for the chain of `gamma`; the table of candidates).
 
     `target` is the target as it serves (`Served`; a plain model runs eager), `outputs[i]` its greedy tokens after
     `prompts[i]` (the calibration prompts). `target_s`: the target's timed calls (its step, the chain's verification,
     a tree's by node count and the draft's target layers), shared between the drafts of one evaluation: each is
-    timed once, when a draft first needs it."""
+    timed once, when a draft first needs it. `temperature` > 0: tau from sampled decoding (`seed`), module
+    docstring."""
     target, target_s = as_served(target), {} if target_s is None else target_s
     width = draft.verify_width(target.config.vocab_size)
     # the calls are timed mid-generation: after the first prompt and its output
@@ -90,11 +94,21 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
         return replay(out, blocks, policy=FixedGamma(policy_gamma), prompt_len=ids.shape[1],
                       max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
 
+    def sampled_tau(shape: TreeShape | None) -> float:
+        generator = torch.Generator(device=prompts[0].device).manual_seed(seed)
+        return _tau([speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach if shape else gamma),
+                                          max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                                          temperature=temperature, generator=generator, tree=shape)
+                     for ids in prompts])
+
+    def tau_of(shape: TreeShape | None, results: list[GenerationResult]) -> float:
+        return sampled_tau(shape) if temperature > 0 else _tau(results)
+
     chain = [replayed(draft.greedy_blocks(ids, out, width), ids, out, gamma)
              for ids, out in zip(prompts, outputs, strict=True)]
     draft_s = draft.step_seconds(timing, width)
     chain_verify_s = seconds_of(("verify", gamma + 1), lambda: forward_seconds(target, timing, gamma + 1))
-    tau = _tau(chain)
+    tau = tau_of(None, chain)
     table = {CHAIN: {"gamma": gamma, "tau": tau, "draft_s": gamma * draft_s, "verify_s": chain_verify_s,
                      "expected_speedup": expected(tau, gamma * draft_s + chain_verify_s)}}
     layers = draft.target_layers or None
@@ -114,9 +128,10 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
             return tree_verify_seconds(target, timing, nodes, layers)
 
         verify_s = seconds_of(("tree", shape.nodes, tuple(draft.target_layers)), verification)
-        tau, block_s = _tau(results), statistics.median(seconds)
+        tau, block_s = tau_of(shape, results), statistics.median(seconds)
         table[shape.name] = {"tau": tau, "draft_s": block_s, "verify_s": verify_s,
                              "expected_speedup": expected(tau, block_s + verify_s)}
     best = max(table, key=lambda name: table[name]["expected_speedup"])
+    tau_from = "greedy replay" if temperature == 0 else f"sampled decoding at temperature {temperature:g}, seed {seed}"
     return (None if best == CHAIN else TreeShape.parse(best)), {"chosen": best, "prompts": len(prompts),
-                                                                "candidates": table}
+                                                                "tau_from": tau_from, "candidates": table}
