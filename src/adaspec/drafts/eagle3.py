@@ -147,8 +147,12 @@ class Eagle3Draft(TrainedDraft):
     def compile_steps(self) -> bool:
         """Decode with the head's steps compiled (`decode.draft_compile`), on a preallocated cache: CUDA graphs on a
         CUDA GPU, inductor on the CPU (`adaspec.decoding.serving.compile_options`). Call after `to(device)`."""
+        import torch._dynamo.config  # noqa: F401  (imported for its settings)
+
         device = self.model.fc.weight.device
         self.graphs = device.type == "cuda"
+        # a graph per width and cache capacity: 7 widths reach dynamo's default limit of 8 at a second capacity
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.compiled_step = torch.compile(self.model.decode_step, dynamic=False, **compile_options(device))
         return True
 
