@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import corpus_blocks
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.errors import UserError

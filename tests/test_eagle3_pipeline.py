@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.distill.cache_build import build_cache
 from adaspec.distill.feature_cache import FeatureCache
 from adaspec.drafts import Eagle3Draft, load_draft

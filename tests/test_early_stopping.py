@@ -7,7 +7,7 @@ import csv
 import json
 
 from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.pipeline import run_stage
 
 

@@ -15,7 +15,7 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from transformers import AutoModelForCausalLM
 
 from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from adaspec.models.attention import resolve_attn_implementation
 from adaspec.pipeline import run_stage

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate, prompt_ids, stop_token_id
 from adaspec.data.example import Example

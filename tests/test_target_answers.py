@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from adaspec import paths
 from adaspec.artefacts import fingerprint, read_meta
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.target_answers import ANSWERS, answered_examples, ensure_target_answers, read_answers

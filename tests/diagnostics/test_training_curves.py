@@ -13,7 +13,7 @@ import pytest
 from adaspec import paths
 from adaspec.commands.curves import main as curves_main
 from adaspec.commands.curves import parse_run
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.diagnostics.training_curves import read_curves, settled_step
 from adaspec.pipeline import run_stage
 

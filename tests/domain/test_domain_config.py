@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adaspec.artefacts import fingerprint
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from tests.conftest import compose_config
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import SKIPPED, stdlib_blocks, stdlib_files
 from adaspec.distill.budget import apply_token_budget
 from adaspec.errors import UserError

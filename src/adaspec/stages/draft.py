@@ -18,7 +18,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
-from adaspec.config import Normalize
+from adaspec.config.schema import Normalize
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.k_schedule import k_at_step
 from adaspec.distill.selection import SelectionState, select

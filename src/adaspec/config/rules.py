@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
-from adaspec.config import (
+from adaspec.config.schema import (
     PRETRAIN_STAGES,
     Corpus,
     DistillData,
