@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.bench_real import main, named_drafts, speedup_interval
 from adaspec.decoding.stats import GenerationResult
 from adaspec.errors import UserError

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta
 from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import corpus_blocks
 from adaspec.data.tasks import first_training_examples, load_task

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.config.rules import validate
 from adaspec.distill.cache_build import build_cache
 from adaspec.distill.feature_cache import FeatureCache
@@ -228,7 +228,7 @@ def test_the_teacher_caches_forward_writes_the_same_features_as_a_pass_of_their_
     import numpy as np
     from transformers import AutoTokenizer
 
-    from adaspec.artefact_rules import cache_identity
+    from adaspec.artefacts.rules import cache_identity
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
     from adaspec.distill.feature_cache import feature_identity, write_feature_cache

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.drafts import Eagle3Draft
 from adaspec.errors import UserError
 from adaspec.export.__main__ import main as export_main

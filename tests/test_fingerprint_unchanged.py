@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from adaspec.artefacts import fingerprint
+from adaspec.artefacts.store import fingerprint
 from adaspec.config.schema import Config
 from adaspec.toolkit import compose_config
 

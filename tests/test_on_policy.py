@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.config.rules import validate
 from adaspec.data.encoding import IGNORE
 from adaspec.distill.on_policy import batch_prompts, is_on_policy_step, student_continuations

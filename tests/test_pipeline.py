@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from adaspec import paths
-from adaspec.artefacts import read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta
 from adaspec.drafts import load_draft
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage

@@ -19,7 +19,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.tasks import load_task
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from transformers import AutoModelForCausalLM
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from adaspec.models.attention import resolve_attn_implementation

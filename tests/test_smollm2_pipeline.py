@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate, prompt_ids, stop_token_id

@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta
 from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id

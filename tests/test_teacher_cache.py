@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import collate
 from adaspec.data.tasks import load_task

@@ -2,7 +2,7 @@
 
 Everything a user can get wrong (a missing upstream artefact, an interrupted run, another config in
 the same folder) is checked before any data or model is loaded. What each stage trains is in
-`adaspec.stages`; the rules about artefacts are in `adaspec.artefact_rules`.
+`adaspec.stages`; the rules about artefacts are in `adaspec.artefacts.rules`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import lightning.pytorch as pl
 import wandb
 from omegaconf import DictConfig
 
-from adaspec import paths
-from adaspec.artefact_rules import check_not_done, check_upstream, record_run_start
-from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import check_not_done, check_upstream, record_run_start
+from adaspec.artefacts.store import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.callbacks.steps_this_run import StepsThisRun
 from adaspec.data.datamodule import TaskDataModule

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
+from adaspec.artefacts import paths
 
 # Stage 0: `pretrain=stdlib` (objective=lm, from-scratch presets) pre-trains the target (stage=pretrain_target,
 # once) and the draft initialisation (stage=pretrain_draft, per seed) on the standard library's source, and

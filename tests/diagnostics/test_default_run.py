@@ -12,7 +12,7 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import MAX_RELATIVE_CI

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import CostRatio

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.curves import main as curves_main
 from adaspec.commands.curves import parse_run
 from adaspec.config.rules import validate

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.evaluation.run import run_evaluation
 from tests.conftest import REPO

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaspec.artefacts import read_meta
+from adaspec.artefacts.store import read_meta
 from adaspec.errors import UserError
 from adaspec.evaluation.run import run_evaluation
 from adaspec.pipeline import run_stage

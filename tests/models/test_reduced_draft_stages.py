@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from adaspec.artefacts import (
+from adaspec.artefacts.store import (
     DRAFT_VOCAB_FILE,
     fingerprint,
     identity_files,

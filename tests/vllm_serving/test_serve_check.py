@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.pipeline import run_stage
 

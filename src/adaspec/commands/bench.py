@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine

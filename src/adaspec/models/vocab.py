@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
 from adaspec.stage_specs import stage_dir

@@ -15,7 +15,7 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
 from adaspec.config.schema import Normalize

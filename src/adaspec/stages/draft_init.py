@@ -13,9 +13,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
-from adaspec.artefact_rules import require_artefact
-from adaspec.artefacts import read_meta, read_metrics, save_artefact, verify_weights
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import require_artefact
+from adaspec.artefacts.store import read_meta, read_metrics, save_artefact, verify_weights
 from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size

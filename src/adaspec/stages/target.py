@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets

@@ -9,9 +9,9 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
-from adaspec.artefact_rules import cache_identity
-from adaspec.artefacts import read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import cache_identity
+from adaspec.artefacts.store import read_meta
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.divergence import support_token_divergence, topk_divergence
 from adaspec.distill.feature_cache import (

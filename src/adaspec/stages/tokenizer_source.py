@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.example import Example
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
 from adaspec.models.build import pretrained_tokenizer

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta, verify_weights
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta, verify_weights
 from adaspec.distill.teacher_cache import data_identity
 from adaspec.errors import UserError
 from adaspec.stage_specs import STAGES, stage_of
