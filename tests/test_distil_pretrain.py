@@ -19,9 +19,9 @@ from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import corpus_blocks
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.errors import UserError
-from adaspec.pipeline import build_data, run_stage
 from adaspec.stages import stage_module
 from adaspec.stages.pretrain import DistilPretrain
+from adaspec.training.pipeline import build_data, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 

@@ -8,7 +8,7 @@ import json
 
 from adaspec.artefacts import paths
 from adaspec.config.rules import validate
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 def validations(folder) -> list[tuple[int, float]]:

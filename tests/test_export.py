@@ -31,7 +31,7 @@ from adaspec.export.speculators_format import speculators_config, speculators_te
 from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import DraftVocab
 from adaspec.models.eagle3 import Eagle3Head
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import TINY, compose_config
 
 H, V, N, HEADS, KV_HEADS, HEAD_DIM, MLP = 32, 96, 24, 4, 2, 8, 64

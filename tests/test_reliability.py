@@ -9,7 +9,7 @@ import pytest
 from adaspec.artefacts import paths
 from adaspec.artefacts.store import save_artefact, write_atomically
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.stage_helpers import model, tokenizer_and_batch
 
 

@@ -22,7 +22,7 @@ from adaspec.artefacts import paths
 from adaspec.artefacts.rules import require_artefact
 from adaspec.data.resumable_shuffle import ResumableShuffle
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import REPO, TINY
 
 # 2 epochs of 13 batches; a checkpoint every 4 steps, so the kill lands mid-epoch

@@ -30,7 +30,7 @@ from adaspec.drafts import load_draft
 from adaspec.evaluation.run import run_evaluation
 from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import VOCAB_FILE, special_token_ids
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import compose_config, shared_data
 from tests.models.tiny_gguf import chat_tokenizer
 

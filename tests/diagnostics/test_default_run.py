@@ -17,7 +17,7 @@ from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import MAX_RELATIVE_CI
 from adaspec.evaluation.run import run_evaluation
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 pytestmark = pytest.mark.chaos("diagnose")
 

@@ -15,7 +15,7 @@ from adaspec.commands.curves import main as curves_main
 from adaspec.commands.curves import parse_run
 from adaspec.config.rules import validate
 from adaspec.diagnostics.training_curves import read_curves, settled_step
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ RESULTS = Path("bench/results")
 def ensure_trained(base: list[str], k: float) -> None:
     """Train target, reference and the k draft with the default settings where they are missing."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     for stage in ("stage=target", "stage=ref", "stage=draft"):
         run_stage(checked_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))

@@ -41,7 +41,7 @@ def gpu_available() -> bool:
 def train_stages(root: Path, steps: int, extra: list[str], stages=("target", "ref", "draft")) -> tuple[object, dict]:
     """`stages` for `steps` steps each; (the last stage's config, {stage: metrics.json})."""
     # torch and the models load only when there is something to check
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     base = [
         "trainer.enable_progress_bar=false", "logger=none", f"paths.root={root}",

@@ -26,10 +26,10 @@ from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
 from adaspec.drafts import TrainedDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
-from adaspec.stage_specs import stage_dir
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
 from adaspec.stages.teachers import cached_ref_kl, frozen_draft
+from adaspec.training.stage_specs import stage_dir
 
 
 class SelectiveDistill(ReferenceDistill):

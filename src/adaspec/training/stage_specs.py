@@ -2,7 +2,7 @@
 what it trains on and the upstream artefacts it trains from. The pipeline, the artefact rules and the
 paper runner ask the stage instead of comparing its name.
 
-Imports nothing from training (no Lightning): evaluation, the cache and diagnostics read it too.
+Imports nothing else of adaspec.training (no Lightning): evaluation, the cache and diagnostics read it too.
 """
 
 from __future__ import annotations
