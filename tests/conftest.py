@@ -85,7 +85,7 @@ def tiny_cfg(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_upstream_root(tmp_path_factory):
     """Stage 1 and 2 artefacts of the tiny default, trained once per session. Read-only: copy it first."""
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     root = tmp_path_factory.mktemp("upstream") / "outputs"
     for stage in ("target", "ref"):

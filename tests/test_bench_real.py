@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.bench_real import main, named_drafts, speedup_interval
 from adaspec.decoding.stats import GenerationResult
 from adaspec.errors import UserError
@@ -61,7 +61,7 @@ def test_the_training_free_drafts_alone_need_no_trained_draft(tiny_trained, tmp_
 
 def test_several_drafts_are_benched_against_the_same_target_only_runs(tiny_trained, tmp_path):
     """--draft repeated: a row per draft and policy, each draft's own call cost, one set of target-only runs."""
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     cfg = tiny_trained("stage=draft", "k=0.4")
     reference, draft = paths.final(paths.ref_dir(cfg)), run_stage(cfg)

@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config import Selection
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
+from adaspec.config.schema import Selection
 from adaspec.errors import UserError
 from tests.conftest import CONF, REPO, compose_config
 

@@ -11,7 +11,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, OverrideParseException
 
 from adaspec.cli import composition_error
-from adaspec.config import Selection
+from adaspec.config.schema import Selection
 from tests.conftest import REPO, compose_config
 
 pytestmark = pytest.mark.chaos("bad-input")

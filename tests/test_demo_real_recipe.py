@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.toolkit import checked_config
 from tests.conftest import REPO
 
@@ -142,7 +142,7 @@ def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of
 def test_every_recipe_on_the_real_target_makes_one_target_folder_with_one_fingerprint():
     """The heads train on 7,409 problems' answers, the independent drafts on 500: the 0-step target they share
     must not be refused by one of them as 'trained with a different config'."""
-    from adaspec.artefacts import fingerprint
+    from adaspec.artefacts.store import fingerprint
     from adaspec.paper.plan import TASKS, paper_plan
     from adaspec.paper.runner import compose_step
 

@@ -13,15 +13,15 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta
+from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import corpus_blocks
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.errors import UserError
-from adaspec.pipeline import build_data, run_stage
 from adaspec.stages import stage_module
 from adaspec.stages.pretrain import DistilPretrain
+from adaspec.training.pipeline import build_data, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.config.rules import validate
 from adaspec.distill.cache_build import build_cache
 from adaspec.distill.feature_cache import FeatureCache
 from adaspec.drafts import Eagle3Draft, load_draft
 from adaspec.errors import UserError
 from adaspec.evaluation.run import run_evaluation
 from adaspec.models.build import load_model
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 EAGLE3 = ["model.draft_kind=eagle3", "stage.max_steps=20", "stage.monitor_every_n_steps=0"]
 
@@ -151,7 +151,7 @@ def test_stage_3_reads_the_reference_heads_divergence_from_a_cache_built_once(ti
     assert json.loads((folder / "ref_kl.json").read_text())["ttt_passes"] == "3"
     assert json.loads((final / "metrics.json").read_text())["steps"] == 4
 
-    from adaspec.pipeline import build_data, resolve_stage_config
+    from adaspec.training.pipeline import build_data, resolve_stage_config
 
     resolved, splits = resolve_stage_config(tiny_cfg("stage=draft", "k=0.4", *passes, "stage.max_steps=4"))
     data, _, _ = build_data(resolved, splits)
@@ -228,7 +228,7 @@ def test_the_teacher_caches_forward_writes_the_same_features_as_a_pass_of_their_
     import numpy as np
     from transformers import AutoTokenizer
 
-    from adaspec.artefact_rules import cache_identity
+    from adaspec.artefacts.rules import cache_identity
     from adaspec.data.datamodule import TaskDataModule
     from adaspec.data.tasks import load_task
     from adaspec.distill.feature_cache import feature_identity, write_feature_cache

@@ -6,9 +6,9 @@ from __future__ import annotations
 import csv
 import json
 
-from adaspec import paths
-from adaspec.config_rules import validate
-from adaspec.pipeline import run_stage
+from adaspec.artefacts import paths
+from adaspec.config.rules import validate
+from adaspec.training.pipeline import run_stage
 
 
 def validations(folder) -> list[tuple[int, float]]:
@@ -35,7 +35,7 @@ def test_a_diverging_draft_stops_early_and_keeps_its_best_validated_weights(tiny
 
 
 def test_patience_zero_leaves_the_fingerprint_of_earlier_artefacts(tiny_cfg):
-    from adaspec.artefacts import fingerprint
+    from adaspec.artefacts.store import fingerprint
 
     plain, off = validate(tiny_cfg("stage=ref")), validate(tiny_cfg("stage=ref", "stage.early_stop_patience=0"))
     on = validate(tiny_cfg("stage=ref", "stage.early_stop_patience=2"))

@@ -23,7 +23,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.drafts import Eagle3Draft
 from adaspec.errors import UserError
 from adaspec.export.__main__ import main as export_main
@@ -31,7 +31,7 @@ from adaspec.export.speculators_format import speculators_config, speculators_te
 from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import DraftVocab
 from adaspec.models.eagle3 import Eagle3Head
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import TINY, compose_config
 
 H, V, N, HEADS, KV_HEADS, HEAD_DIM, MLP = 32, 96, 24, 4, 2, 8, 64

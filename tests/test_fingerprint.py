@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adaspec.artefacts import fingerprint
+from adaspec.artefacts.store import fingerprint
 from tests.conftest import compose_config
 
 

@@ -1,4 +1,4 @@
-"""Artefact identity is declared beside the config fields (adaspec.config, `counted`); these fingerprints
+"""Artefact identity is declared beside the config fields (adaspec.config.schema, `counted`); these fingerprints
 were computed by the code before that declaration existed, so a change that moves one would make every
 artefact of that config refused (or, worse, taken for another). `tests/data/fingerprints.json` holds them
 for every stage of a spread of configs; the committed results' meta.json files are checked too."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from adaspec.artefacts import fingerprint
-from adaspec.config import Config
+from adaspec.artefacts.store import fingerprint
+from adaspec.config.schema import Config
 from adaspec.toolkit import compose_config
 
 GOLDEN = Path(__file__).parent / "data" / "fingerprints.json"

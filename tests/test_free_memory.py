@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from adaspec.callbacks.free_memory import FreeMemory
-from adaspec.trainer import build_trainer
+from adaspec.training.trainer import build_trainer
 
 
 def resident_mb() -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 from adaspec.distill.selection import fraction_band
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 def test_selected_fraction_stays_in_the_band_over_a_run(tiny_trained):

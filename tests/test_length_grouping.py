@@ -8,7 +8,7 @@ import random
 import torch
 from torch.utils.data import DataLoader
 
-from adaspec.artefacts import fingerprint
+from adaspec.artefacts.store import fingerprint
 from adaspec.data.resumable_shuffle import LengthGroupedShuffle, ResumableShuffle
 
 _DRAW = random.Random(0)

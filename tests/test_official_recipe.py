@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.distill.budget import apply_token_budget
 from adaspec.stages.schedule import lr_multiplier
 from tests.conftest import CONF, compose_config

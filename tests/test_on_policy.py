@@ -8,14 +8,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.config.rules import validate
 from adaspec.data.encoding import IGNORE
 from adaspec.distill.on_policy import batch_prompts, is_on_policy_step, student_continuations
 from adaspec.drafts import ModelDraft
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
 from adaspec.stages.ref import ReferenceDistill
+from adaspec.training.pipeline import run_stage
 from tests.stage_helpers import fit_on_fixed_batch, model, tokenizer_and_batch
 
 

@@ -11,12 +11,12 @@ import sys
 import pytest
 import torch
 
-from adaspec import paths
-from adaspec.artefacts import read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta
 from adaspec.drafts import load_draft
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
 from adaspec.stages import STAGE_MODULES
+from adaspec.training.pipeline import run_stage
 from tests.conftest import REPO, TINY
 from tests.test_resume import checkpoint_step, kill_when_paused, start_training
 from tests.wandb_log import history

@@ -19,11 +19,11 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.tasks import load_task
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
 from adaspec.stages.tokenizer_source import training_texts
+from adaspec.training.pipeline import run_stage
 from tests.conftest import compose_config
 
 EOS = "<|endoftext|>"

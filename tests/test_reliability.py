@@ -6,10 +6,10 @@ import csv
 
 import pytest
 
-from adaspec import paths
-from adaspec.artefacts import save_artefact, write_atomically
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import save_artefact, write_atomically
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.stage_helpers import model, tokenizer_and_batch
 
 

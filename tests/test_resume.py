@@ -18,11 +18,11 @@ import torch
 from safetensors.torch import load_file
 from torch.utils.data import DataLoader
 
-from adaspec import paths
-from adaspec.artefact_rules import require_artefact
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import require_artefact
 from adaspec.data.resumable_shuffle import ResumableShuffle
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import REPO, TINY
 
 # 2 epochs of 13 batches; a checkpoint every 4 steps, so the kill lands mid-epoch
@@ -65,7 +65,7 @@ runpy.run_module("adaspec.commands.train", run_name="__main__")
 # here and not in the package: the last checkpoint is never found, so `resume=true` silently trains from step 0.
 RESUME_BROKEN = """
 import runpy, sys
-from adaspec import paths
+from adaspec.artefacts import paths
 
 paths.last_checkpoint = lambda folder: folder / "checkpoints" / "never-written.ckpt"
 sys.argv[0] = "adaspec.commands.train"

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from adaspec.distill.cache_build import build_cache
-from adaspec.pipeline import run_stage
 from adaspec.toolkit import compose_config
+from adaspec.training.pipeline import run_stage
 from tests.conftest import TINY
 from tests.test_resume import (
     RUN,

@@ -14,13 +14,13 @@ import torch
 from lightning.pytorch.plugins.precision import MixedPrecision
 from transformers import AutoModelForCausalLM
 
-from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from adaspec.models.attention import resolve_attn_implementation
-from adaspec.pipeline import run_stage
 from adaspec.stages.draft_init import ensure_draft_init
-from adaspec.trainer import build_trainer, total_steps, world_size
+from adaspec.training.pipeline import run_stage
+from adaspec.training.trainer import build_trainer, total_steps, world_size
 from tests.conftest import CONF, REPO, TINY, compose_config
 
 STRATEGIES = {
@@ -238,7 +238,7 @@ def test_fsdp_wraps_each_transformer_block_and_scales_fp16_from_128(tiny_cfg):
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
     from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
 
-    from adaspec.trainer import _strategy_and_plugins
+    from adaspec.training.trainer import _strategy_and_plugins
     from tests.stage_helpers import model, tokenizer_and_batch
 
     cfg = tiny_cfg("trainer=fsdp", "trainer.precision=16-mixed")

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from adaspec import paths
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import collate, prompt_ids, stop_token_id
 from adaspec.data.example import Example
@@ -30,7 +30,7 @@ from adaspec.drafts import load_draft
 from adaspec.evaluation.run import run_evaluation
 from adaspec.models.build import load_model
 from adaspec.models.draft_vocab import VOCAB_FILE, special_token_ids
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import compose_config, shared_data
 from tests.models.tiny_gguf import chat_tokenizer
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta
-from adaspec.config_rules import validate
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta
+from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.target_answers import ANSWERS, answered_examples, ensure_target_answers, read_answers
@@ -24,7 +24,7 @@ from adaspec.distill.cache_build import build_cache
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
 from adaspec.models.build import load_model
-from adaspec.pipeline import build_data, resolve_stage_config, run_stage
+from adaspec.training.pipeline import build_data, resolve_stage_config, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
 

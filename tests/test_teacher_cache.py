@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.encoding import collate
 from adaspec.data.tasks import load_task
@@ -20,7 +20,7 @@ from adaspec.distill.teacher_cache import TeacherCache, topk_forward_kl
 from adaspec.distill.tokens import answer_logits, answer_mask
 from adaspec.errors import UserError
 from adaspec.models.build import freeze, load_model
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.toolkit import checked_config
 
 REAL = ["model=smollm2", "task=gsm8k", "task.local_dir=../shared/data/gsm8k", "task.n_train=7409", "task.n_val=64",

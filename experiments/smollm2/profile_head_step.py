@@ -144,9 +144,9 @@ def timed_method(owner, method: str, label: str, parts: Parts) -> None:
 
 
 def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
-    from adaspec.pipeline import build_data, resolve_stage_config
     from adaspec.stages import stage_module
     from adaspec.toolkit import checked_config
+    from adaspec.training.pipeline import build_data, resolve_stage_config
 
     overrides = [f"stage={stage}", *(["k=0.4"] if stage == "draft" else []), *DEMO_REAL, *extra]
     torch.set_num_threads(os.cpu_count() or 1)

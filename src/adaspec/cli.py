@@ -5,7 +5,7 @@
         ...  # cfg is composed and valid
 
 It composes `conf/config.yaml` with the command line as `hydra.main` does and runs
-`adaspec.config_rules.validate` once: before Hydra writes its run folder (`ValidateBeforeRun`), so a bad value
+`adaspec.config.rules.validate` once: before Hydra writes its run folder (`ValidateBeforeRun`), so a bad value
 leaves nothing behind, or in a multirun before each job. Every mistake a user can make on the command
 line is reported as one line on stderr with exit status 2: a UserError, and Hydra's own composition
 errors (an unknown key, an unknown group option, a value outside a choice or of the wrong type, an
@@ -34,7 +34,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.logs import one_line_per_event
 

@@ -32,7 +32,7 @@ def compose_config(*overrides: str, config_dir: Path = CONF, config_name: str = 
     """The project's config composed from `conf/` with Hydra overrides, as `python -m adaspec.commands.train` would."""
     from hydra import compose, initialize_config_dir
 
-    import adaspec.config  # noqa: F401  (registers the schemas)
+    import adaspec.config.schema  # noqa: F401  (registers the schemas)
 
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
         return compose(config_name=config_name, overrides=list(overrides))
@@ -46,7 +46,7 @@ def checked_config(*overrides: str) -> DictConfig:
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
     from adaspec.cli import composition_error
-    from adaspec.config_rules import validate
+    from adaspec.config.rules import validate
     from adaspec.errors import UserError
 
     try:

@@ -1,6 +1,6 @@
 """Issue 49 (3): a kind of draft is one module in `adaspec.drafts` (and its config): nothing outside that package asks
 which kind a draft is, by class (`isinstance`) or by name (`model.draft_kind`, `Draft.kind`); what differs between
-kinds is declared by the kind (`adaspec.drafts.trained.TrainedDraft`). `config_rules.py` is left out: it checks which
+kinds is declared by the kind (`adaspec.drafts.trained.TrainedDraft`). `config/rules.py` is left out: it checks which
 config keys go with `model.draft_kind` (`DraftKind`) before any draft exists, in the config's own terms, as `conf/`
 does. And no module of the package keeps state of its own (a memo of the target's features was one)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "adaspec"
 DRAFTS = PACKAGE / "drafts"
-CONFIG_RULES = PACKAGE / "config_rules.py"
+CONFIG_RULES = PACKAGE / "config" / "rules.py"
 
 
 def kinds() -> dict[str, str]:

@@ -12,12 +12,12 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import MAX_RELATIVE_CI
 from adaspec.evaluation.run import run_evaluation
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 pytestmark = pytest.mark.chaos("diagnose")
 

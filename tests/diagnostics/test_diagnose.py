@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.diagnose import run_diagnosis
 from adaspec.diagnostics import checks
 from adaspec.diagnostics.cost_ratio import CostRatio
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 def test_rules_on_known_numbers():

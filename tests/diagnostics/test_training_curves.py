@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands.curves import main as curves_main
 from adaspec.commands.curves import parse_run
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.diagnostics.training_curves import read_curves, settled_step
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 
 @pytest.fixture(scope="module")

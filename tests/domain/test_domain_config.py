@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from adaspec.artefacts import fingerprint
-from adaspec.config_rules import validate
+from adaspec.artefacts.store import fingerprint
+from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from tests.conftest import compose_config
 
@@ -26,7 +26,7 @@ def test_k_defaults(overrides, k):
 
 
 def test_the_practice_note_k_for_code_names_its_draft_folder(tmp_path):
-    from adaspec import paths
+    from adaspec.artefacts import paths
 
     cfg = compose_config("task=mbpp", "domain=note_code", "stage=draft", f"paths.root={tmp_path}")
     assert paths.draft_dir(cfg).name == "draft-k0.33"

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import frequent_dotted_names
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 from tests.conftest import shared_data
 
 SMALL = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from adaspec.config import DraftKind
+from adaspec.config.schema import DraftKind
 from adaspec.drafts import TRAINED_KINDS, Eagle3Draft, ModelDraft, artefact_kind, trained_kind
 from adaspec.models.eagle3 import Eagle3Config
 

@@ -21,7 +21,7 @@ def _one_thread(one_torch_thread):
 @pytest.fixture(scope="session")
 def trained(request, tmp_path_factory):
     """compose(*overrides) over a folder holding a tiny target, reference and drafts k=0.4 and k=1."""
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     root = tmp_path_factory.mktemp("pipeline") / "outputs"
 

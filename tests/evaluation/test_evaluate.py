@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.evaluation.run import run_evaluation
 from tests.conftest import REPO
@@ -205,7 +205,7 @@ def test_tree_and_hybrid_rows_beside_the_chains_with_their_replay_exact(trained)
     assert 0 <= tree["accept_at_depth/1"] <= 1 and tree["acceptance_length"] == pytest.approx(tree["tau"] - 1, abs=0.2)
     assert results["costs"]["tree_verify_s"]["k3-d4-n10"] > 0
     assert tree["expected_speedup_by_gamma"].keys() == {"2", "4"}
-    from adaspec.config_rules import validate
+    from adaspec.config.rules import validate
 
     with pytest.raises(UserError, match=r"`eval.trees`.*k<top_k>-d<depth>-n<nodes>"):
         validate(trained(*every, "eval.trees=[k3-d4]"))
@@ -233,7 +233,7 @@ def test_auto_decodes_each_draft_with_the_candidate_it_chose_on_held_out_prompts
         chosen = choice[name]["chosen"]
         assert row["tree"] == (None if chosen == "chain" else chosen) and choice[name]["prompts"] == 2
         assert row["greedy_mismatches"] == 0 and row["acceptance_vs_gamma"]["replay_mismatches"] == 0, name
-    from adaspec.config_rules import validate
+    from adaspec.config.rules import validate
 
     with pytest.raises(UserError, match=r"eval.tree_calibration_prompts=2 test prompts after the first "
                                         r"eval.n_prompts=4.*lower eval.n_prompts"):

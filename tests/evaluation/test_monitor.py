@@ -6,7 +6,7 @@ import csv
 
 from adaspec.callbacks.acceptance import prompt_ids
 from adaspec.data.encoding import IGNORE, Encoded
-from adaspec.stage_specs import stage_dir
+from adaspec.training.stage_specs import stage_dir
 
 
 def monitor_rows(cfg) -> tuple[list[str], list[dict[str, str]]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from adaspec.artefacts import read_meta
+from adaspec.artefacts.store import read_meta
 from adaspec.errors import UserError
 from adaspec.evaluation.run import run_evaluation
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 FAST = ["eval.n_prompts=3", "decode.max_new_tokens=16", "eval.num_threads=1", "eval.compare_hf_assisted=false"]
 

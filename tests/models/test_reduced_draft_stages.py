@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from adaspec.artefacts import (
+from adaspec.artefacts.store import (
     DRAFT_VOCAB_FILE,
     fingerprint,
     identity_files,
@@ -18,7 +18,7 @@ from adaspec.artefacts import (
     save_artefact,
     verify_weights,
 )
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.distill.divergence import token_divergence
 from adaspec.distill.teacher import LiveTeacher
 from adaspec.drafts import ModelDraft, load_draft

@@ -4,8 +4,8 @@ against the one reference, the evaluation finds every draft, and the summary com
 
 from __future__ import annotations
 
-from adaspec import paths
-from adaspec.artefacts import read_meta, read_metrics
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta, read_metrics
 from adaspec.paper.runner import compose_step
 from tests.paper.real_target_sizes import run_plan_at_test_size
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.commands import bench_real
 from adaspec.commands import paper as paper_command
 from adaspec.commands.bench_real import with_draft_group

@@ -9,8 +9,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from adaspec import paths
-from adaspec.artefacts import read_meta, read_metrics
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta, read_metrics
 from adaspec.commands.paper import collect, parse_args
 from adaspec.data.tasks import held_out_training, load_task
 from adaspec.paper.capacity import LOSSES

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.stdlib_corpus import SKIPPED, stdlib_blocks, stdlib_files
 from adaspec.distill.budget import apply_token_budget
 from adaspec.errors import UserError
@@ -117,7 +117,7 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe(name):
     """make paper ARGS="--tasks <name>": every step composes and validates; the arms differ only in what they
     should (budget, epochs and early stopping, domain strategies) and find the same target and reference;
     every draft the evaluation names is one the plan trains."""
-    from adaspec import paths
+    from adaspec.artefacts import paths
     from adaspec.paper.runner import compose_step
 
     steps = paper_plan([TASKS[name]], [0, 1, 2])
@@ -192,7 +192,7 @@ def test_the_beyond_the_paper_plan_shares_the_paper_runs_reference_and_evaluates
     """make paper ARGS="--tasks smollm2_gsm8k_beyond" (issue 15): every arm distils against the paper run's
     reference, arm (a) is the paper run's own drafts, the evaluation finds each draft where its step wrote it,
     and each arm is compared with arm (a) at the same k."""
-    from adaspec import paths
+    from adaspec.artefacts import paths
     from adaspec.paper.aggregate import comparisons
     from adaspec.paper.runner import compose_step
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaspec.config_rules import validate
+from adaspec.config.rules import validate
 from adaspec.data.tasks import load_task
 from tests.conftest import compose_config
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
-from adaspec.pipeline import run_stage
+from adaspec.training.pipeline import run_stage
 
 # 8 layers: EAGLE-3's layers 2, N/2 and N-3 are distinct, as vLLM requires; a Llama target, as vLLM's EAGLE-3 wants;
 # heads 64 wide: vLLM's CPU attention has no kernel for the tiny default's 16

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 
-from adaspec.distributed import say
+from adaspec.training.distributed import say
 
 
 class StepsThisRun(pl.Callback):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.cli import hydra_entry
 from adaspec.toolkit import no_tokenizer_parallelism
 
@@ -20,7 +20,7 @@ no_tokenizer_parallelism()
 @hydra_entry
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: a bad config is answered in a second
-    from adaspec.artefact_rules import require_artefact
+    from adaspec.artefacts.rules import require_artefact
     from adaspec.data.target_answers import ensure_target_answers, write_answer_parts
     from adaspec.data.tasks import load_task
 

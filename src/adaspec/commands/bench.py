@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.diagnostics.checks import expected_speedup
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine
@@ -52,7 +52,7 @@ RESULTS = Path("bench/results")
 def ensure_trained(base: list[str], k: float) -> None:
     """Train target, reference and the k draft with the default settings where they are missing."""
     # imported after the arguments are parsed, so --help and argument errors answer at once
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     for stage in ("stage=target", "stage=ref", "stage=draft"):
         run_stage(checked_config(*base, stage, f"k={k}", "trainer.enable_progress_bar=false"))

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine
 from adaspec.toolkit import checked_config, markdown_table, write_json_atomically

@@ -71,7 +71,7 @@ from typing import Any
 
 import torch
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.decoding.tree_shape import TreeShape
 from adaspec.errors import UserError, reported_as_one_line
 from adaspec.machine import describe_machine
@@ -329,8 +329,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # imported after the arguments are parsed, so --help and argument errors answer at once
     from transformers import AutoTokenizer
 
-    from adaspec.artefact_rules import require_artefact
-    from adaspec.artefacts import verify_weights
+    from adaspec.artefacts.rules import require_artefact
+    from adaspec.artefacts.store import verify_weights
     from adaspec.data.encoding import prompt_ids, stop_token_id
     from adaspec.data.tasks import load_task
     from adaspec.decoding import AdaptiveGamma, FixedGamma

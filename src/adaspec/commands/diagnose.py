@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.cli import hydra_entry
 from adaspec.toolkit import (
     markdown_table,
@@ -42,8 +42,8 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     # imported here, after the config is checked, so a bad command is answered in a second
     from transformers import AutoTokenizer
 
-    from adaspec.artefact_rules import require_artefact
-    from adaspec.artefacts import read_metrics
+    from adaspec.artefacts.rules import require_artefact
+    from adaspec.artefacts.store import read_metrics
     from adaspec.data.datamodule import encode_all
     from adaspec.data.tasks import load_task
     from adaspec.decoding.serving import Served, Serving

@@ -41,7 +41,7 @@ def gpu_available() -> bool:
 def train_stages(root: Path, steps: int, extra: list[str], stages=("target", "ref", "draft")) -> tuple[object, dict]:
     """`stages` for `steps` steps each; (the last stage's config, {stage: metrics.json})."""
     # torch and the models load only when there is something to check
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     base = [
         "trainer.enable_progress_bar=false", "logger=none", f"paths.root={root}",
@@ -62,7 +62,7 @@ def first_test_prompts(cfg, n_prompts: int, device: str):
     # torch and the models load only when there is something to check
     from transformers import AutoTokenizer
 
-    from adaspec import paths
+    from adaspec.artefacts import paths
     from adaspec.data.tasks import load_task
 
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
@@ -93,7 +93,7 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
     # torch and the models load only when there is something to check
     import torch
 
-    from adaspec import paths
+    from adaspec.artefacts import paths
     from adaspec.decoding import FixedGamma, speculative_generate, target_generate
     from adaspec.decoding.quant import can_load_8bit
     from adaspec.drafts import load_draft
@@ -127,7 +127,7 @@ def head_speed(cfg, n_prompts: int, max_new_tokens: int, tree: str, device: str,
     # torch and the models load only when there is something to check
     import torch
 
-    from adaspec import paths
+    from adaspec.artefacts import paths
     from adaspec.decoding import FixedGamma, speculative_generate, target_generate
     from adaspec.decoding.serving import Served, Serving
     from adaspec.decoding.tree import TreeShape

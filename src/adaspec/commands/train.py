@@ -13,7 +13,7 @@ no_tokenizer_parallelism()
 @hydra_entry
 def main(cfg: DictConfig) -> None:
     # imported here, after hydra_entry has validated the config: a typo is reported in a second
-    from adaspec.pipeline import run_stage
+    from adaspec.training.pipeline import run_stage
 
     run_stage(cfg)
 

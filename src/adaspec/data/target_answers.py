@@ -33,8 +33,8 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from adaspec import paths
-from adaspec.artefacts import read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta
 from adaspec.data.answer_parts import (
     parse_parts,
     part_files,

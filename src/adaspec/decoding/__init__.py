@@ -1,6 +1,6 @@
 """Speculative decoding engine: generation loops, verification, gamma policies and statistics.
 
-Names are imported on first use, so that `adaspec.config` (which needs only the `DecodeConfig`
+Names are imported on first use, so that `adaspec.config.schema` (which needs only the `DecodeConfig`
 schema) can be imported without torch and transformers: a config error is reported in a second.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.diagnostics.measure import logged
 from adaspec.evaluation.curves import save_png
 

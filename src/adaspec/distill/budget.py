@@ -14,7 +14,7 @@ import math
 
 from omegaconf import DictConfig
 
-from adaspec.trainer import steps_per_epoch, total_steps
+from adaspec.training.trainer import steps_per_epoch, total_steps
 
 
 def apply_token_budget(cfg: DictConfig, n_train: int, world: int = 1) -> DictConfig:

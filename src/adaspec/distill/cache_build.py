@@ -9,9 +9,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import AutoTokenizer
 
-from adaspec import paths
-from adaspec.artefact_rules import cache_identity, require_artefact
-from adaspec.artefacts import write_atomically
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import cache_identity, require_artefact
+from adaspec.artefacts.store import write_atomically
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.target_answers import ensure_target_answers, training_splits
 from adaspec.data.tasks import load_task

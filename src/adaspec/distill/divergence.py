@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from adaspec.config import Divergence
+from adaspec.config.schema import Divergence
 from adaspec.distill.teacher_cache import topk_forward_kl
 
 TINY_LOG_PROB = math.log(torch.finfo(torch.float32).tiny)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adaspec.artefacts import write_atomically
+from adaspec.artefacts.store import write_atomically
 from adaspec.data.encoding import by_length, collate
 from adaspec.distill.mapped_array import mapped
 from adaspec.errors import UserError
@@ -89,7 +89,7 @@ class FeatureSink:
 
 
 def feature_identity(data_identity: dict, layers: list[int]) -> dict:
-    """A feature cache's identity: its data's (adaspec.artefact_rules.cache_identity) and the layers."""
+    """A feature cache's identity: its data's (adaspec.artefacts.rules.cache_identity) and the layers."""
     return {**data_identity, "layers": "-".join(str(i) for i in layers)}
 
 

@@ -7,7 +7,7 @@ distillation lets the draft learn the easy tokens before selection drops them.
 
 from __future__ import annotations
 
-from adaspec.config import KSchedule
+from adaspec.config.schema import KSchedule
 
 
 def ramp_steps(total_steps: int, frac: float) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from adaspec.artefacts import write_atomically
+from adaspec.artefacts.store import write_atomically
 from adaspec.data.encoding import collate
 from adaspec.distill.draft_divergence import draft_divergence
 from adaspec.distill.tokens import answer_mask

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from tqdm import tqdm
 
-from adaspec.artefacts import write_atomically
+from adaspec.artefacts.store import write_atomically
 from adaspec.data.encoding import by_length, collate
 from adaspec.distill.mapped_array import mapped
 from adaspec.distill.tokens import answer_logits, answer_mask

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 
 from adaspec.models.eagle3 import target_features
 
-if TYPE_CHECKING:  # a type only: the cache's module reaches this package again through adaspec.artefacts
+if TYPE_CHECKING:  # a type only: the cache's module reaches this package again through adaspec.artefacts.store
     from adaspec.distill.feature_cache import FeatureCache
 
 

@@ -21,7 +21,7 @@ from adaspec.models.draft_vocab import DraftVocab
 class TrainedDraft(Draft):
     """`model`: the weights the optimiser updates; `vocab`: its id map when its vocabulary is reduced."""
 
-    # on the folders of its stages (adaspec.paths), before -<model.draft_name>: kinds share the target, never a draft
+    # on the folders of its stages (adaspec.artefacts.paths), before -<model.draft_name>: kinds share the target, never a draft
     folder_suffix: ClassVar[str] = ""
     export_format: ClassVar[str]  # how adaspec.export writes it: "hf" or "speculators"
     model_type: ClassVar[str | None] = None  # its artefacts' config.json `model_type`; None: any other

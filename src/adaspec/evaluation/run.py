@@ -34,9 +34,9 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 import adaspec
-from adaspec import paths
-from adaspec.artefact_rules import require_artefact
-from adaspec.artefacts import read_meta, read_metrics
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import require_artefact
+from adaspec.artefacts.store import read_meta, read_metrics
 from adaspec.data.encoding import prompt_ids, stop_token_id
 from adaspec.data.tasks import Example, load_task
 from adaspec.decoding import (

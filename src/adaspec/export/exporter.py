@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from adaspec import paths
-from adaspec.artefacts import read_meta, verify_weights, write_atomically
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import read_meta, verify_weights, write_atomically
 from adaspec.drafts import artefact_kind, load_draft
 from adaspec.errors import UserError
 from adaspec.toolkit import checked_config

@@ -3,7 +3,7 @@
 auto: FlashAttention-2 when the `flash_attn` package is importable, a CUDA GPU is present and the
 models run in bf16/fp16 (FlashAttention has no float32 kernels); otherwise PyTorch's
 scaled_dot_product_attention (`sdpa`). `flash_attention_2` asked for explicitly without the package or
-a GPU is a UserError, raised by `check_attn_implementation` from `config_rules.validate`, before any model loads.
+a GPU is a UserError, raised by `check_attn_implementation` from `config.rules.validate`, before any model loads.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def check_attn_implementation(requested: str) -> None:
 
 def resolve_attn_implementation(requested: str, half_precision: bool = False) -> str:
     """The implementation name Hugging Face gets: `auto` resolved for this machine and precision. The
-    choice itself is checked by the config schema (adaspec.config.AttnImplementation)."""
+    choice itself is checked by the config schema (adaspec.config.schema.AttnImplementation)."""
     if requested != "auto":
         check_attn_implementation(requested)
         return requested

@@ -14,7 +14,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from adaspec.artefacts import sha256_of
+from adaspec.artefacts.store import sha256_of
 from adaspec.errors import UserError
 
 SOURCE_FILE = "source.json"  # in a converted folder: where its weights came from

@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.stage_specs import STAGES, Data, stage_of
+from adaspec.training.stage_specs import STAGES, Data, stage_of
 
 SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
 

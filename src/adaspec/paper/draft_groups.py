@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from adaspec.artefacts.paths import format_k
 from adaspec.paper.plan import CAPACITY, CAPACITY_GROUP, TaskPlan
-from adaspec.paths import format_k
 
 DRAFT_GROUPS = ("capacity",)
 # <paths.root>/<task>/<model> of experiments/paper/smollm2_gsm8k_capacity.yaml, and of make demo-real

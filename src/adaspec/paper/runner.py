@@ -1,6 +1,6 @@
 """Execute a plan's steps in one process, skipping every step whose result already exists.
 
-Stages skip themselves when their finished artefact has the same config (`adaspec.pipeline.run_stage`);
+Stages skip themselves when their finished artefact has the same config (`adaspec.training.pipeline.run_stage`);
 a stage interrupted mid-training is resumed from its last checkpoint; the teacher cache checks its
 identity; an evaluation is skipped when its results folder holds the same evaluation (and refused when
 it holds another, `adaspec.evaluation.identity`). So rerunning `make paper` after a crash continues
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.paper.plan import Step
-from adaspec.stage_specs import stage_dir
 from adaspec.toolkit import checked_config
+from adaspec.training.stage_specs import stage_dir
 
 LOG = "paper_log.jsonl"
 
@@ -41,7 +41,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     # training, the cache and evaluation are imported by the kind of step that needs them (--dry-run and
     # --collect-only load none of them)
     if step.kind in ("train", "pretrain"):
-        from adaspec.pipeline import run_stage
+        from adaspec.training.pipeline import run_stage
 
         if _interrupted(cfg):
             cfg.resume = True

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.models.attention import resolve_attn_implementation
 from adaspec.stages.schedule import lr_multiplier
-from adaspec.trainer import is_half
+from adaspec.training.trainer import is_half
 
 
 def attn_implementation(cfg: DictConfig) -> str:

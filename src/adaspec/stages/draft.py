@@ -15,10 +15,10 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
-from adaspec.config import Normalize
+from adaspec.config.schema import Normalize
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.k_schedule import k_at_step
 from adaspec.distill.selection import SelectionState, select
@@ -26,10 +26,10 @@ from adaspec.distill.token_classes import domain_tables
 from adaspec.distill.tokens import answer_targets
 from adaspec.drafts import TrainedDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
-from adaspec.stage_specs import stage_dir
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
 from adaspec.stages.teachers import cached_ref_kl, frozen_draft
+from adaspec.training.stage_specs import stage_dir
 
 
 class SelectiveDistill(ReferenceDistill):

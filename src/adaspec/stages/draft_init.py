@@ -13,13 +13,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import AutoConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
-from adaspec.artefact_rules import require_artefact
-from adaspec.artefacts import read_meta, read_metrics, save_artefact, verify_weights
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import require_artefact
+from adaspec.artefacts.store import read_meta, read_metrics, save_artefact, verify_weights
 from adaspec.data.datamodule import encode_all
 from adaspec.data.tasks import load_task
 from adaspec.data.tokenizer import padded_vocab_size
-from adaspec.distributed import is_global_zero, wait_for
 from adaspec.drafts import ModelDraft, TrainedDraft, load_draft, trained_kind
 from adaspec.errors import UserError
 from adaspec.models.build import load_model, n_params, pretrained_tokenizer, resize_embeddings, scratch_model
@@ -27,7 +26,8 @@ from adaspec.models.draft_vocab import DraftVocab, build_draft_vocab, shrink_to_
 from adaspec.models.fetch import resolve_pretrained
 from adaspec.models.init_from_target import init_draft
 from adaspec.models.vocab import vocabulary_mismatch
-from adaspec.stage_specs import uses_pretrain
+from adaspec.training.distributed import is_global_zero, wait_for
+from adaspec.training.stage_specs import uses_pretrain
 
 
 def ensure_draft_init(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.models.build import scratch_model

@@ -14,7 +14,7 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule

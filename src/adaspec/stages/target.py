@@ -7,14 +7,14 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.distill.tokens import answer_logits, answer_mask, answer_targets
 from adaspec.models.build import load_model, pretrained_tokenizer, resize_embeddings, scratch_model
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.stage_specs import pretrains_target
 from adaspec.stages.base import StageModule, attn_implementation
+from adaspec.training.stage_specs import pretrains_target
 
 
 class TargetFinetune(StageModule):

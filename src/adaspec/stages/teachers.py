@@ -9,9 +9,9 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec import paths
-from adaspec.artefact_rules import cache_identity
-from adaspec.artefacts import read_meta
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import cache_identity
+from adaspec.artefacts.store import read_meta
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.distill.divergence import support_token_divergence, topk_divergence
 from adaspec.distill.feature_cache import (
@@ -121,7 +121,7 @@ def cached_ref_kl(
     }
     if cfg.distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
         identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
-    passes = int(cfg.distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config_rules)
+    passes = int(cfg.distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config.rules)
     if passes > 1:  # a head's divergence sums its passes
         identity["ttt_passes"] = str(passes)
     values = load_ref_kl(folder, identity)

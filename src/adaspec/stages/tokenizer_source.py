@@ -8,12 +8,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from adaspec import paths
+from adaspec.artefacts import paths
 from adaspec.data.example import Example
 from adaspec.data.tokenizer import frequent_dotted_names, train_bpe_tokenizer
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.stage_specs import STAGES, stage_of
+from adaspec.training.stage_specs import STAGES, stage_of
 
 
 def training_texts(examples: list[Example]) -> list[str]:

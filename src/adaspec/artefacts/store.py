@@ -18,8 +18,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from adaspec.config import Config
-from adaspec.config_identity import fingerprint_of, identity
+from adaspec.config.identity import fingerprint_of, identity
+from adaspec.config.schema import Config
 from adaspec.drafts.base import Draft
 from adaspec.errors import UserError
 
@@ -28,7 +28,7 @@ METRICS = "metrics.json"
 
 
 def fingerprint(cfg: DictConfig, stage: str) -> str:
-    """Hash of the config fields that change what `stage` produces (declared in adaspec.config: `counted`)."""
+    """Hash of the config fields that change what `stage` produces (declared in adaspec.config.schema: `counted`)."""
     return fingerprint_of(identity(Config, cfg, stage))
 
 

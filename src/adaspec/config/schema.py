@@ -2,7 +2,7 @@
 
 Types, choices (enums) and unknown keys are checked by OmegaConf while Hydra composes the config, so
 `distill.selection=glob` fails there with the allowed values. Ranges and rules that tie fields together
-are in `adaspec.config_rules`.
+are in `adaspec.config.rules`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from adaspec.config_identity import (
+from adaspec.config.identity import (
     TARGET_STAGES,
     Rule,
     always,

@@ -1,9 +1,9 @@
 """The rules about stage artefacts that every command shares: that the upstream artefacts a stage needs
-(adaspec.stage_specs) exist and agree, whether a stage's own artefact is already done, and the identity of
-a teacher cache.
+(adaspec.training.stage_specs) exist and agree, whether a stage's own artefact is already done, and the
+identity of a teacher cache.
 
-Imports nothing from training, so evaluation, the cache and diagnostics can use it without loading
-Lightning.
+Imports nothing from training but `adaspec.training.stage_specs` (no Lightning), so evaluation, the cache
+and diagnostics can use it without loading Lightning.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
-from adaspec.artefacts import fingerprint, read_meta, verify_weights
+from adaspec.artefacts import paths
+from adaspec.artefacts.store import fingerprint, read_meta, verify_weights
 from adaspec.distill.teacher_cache import data_identity
 from adaspec.errors import UserError
-from adaspec.stage_specs import STAGES, stage_of
+from adaspec.training.stage_specs import STAGES, stage_of
 
 
 def require_artefact(folder: Path, stage: str, needed_by: str, cfg: DictConfig, extra_args: str = "") -> dict:

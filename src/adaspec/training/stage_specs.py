@@ -2,7 +2,7 @@
 what it trains on and the upstream artefacts it trains from. The pipeline, the artefact rules and the
 paper runner ask the stage instead of comparing its name.
 
-Imports nothing from training (no Lightning): evaluation, the cache and diagnostics read it too.
+Imports nothing else of adaspec.training (no Lightning): evaluation, the cache and diagnostics read it too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from adaspec import paths
+from adaspec.artefacts import paths
 
 # Stage 0: `pretrain=stdlib` (objective=lm, from-scratch presets) pre-trains the target (stage=pretrain_target,
 # once) and the draft initialisation (stage=pretrain_draft, per seed) on the standard library's source, and

@@ -25,12 +25,12 @@ from hydra.utils import instantiate
 from lightning.pytorch.loggers import Logger, WandbLogger
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from adaspec.artefacts.paths import CHECKPOINTS, LAST_CHECKPOINT
 from adaspec.callbacks.free_memory import FreeMemory
 from adaspec.callbacks.step_checkpoint import StepCheckpoint
 from adaspec.logs import one_line_per_event
-from adaspec.paths import CHECKPOINTS, LAST_CHECKPOINT
-from adaspec.resumable_csv import ResumableCSVLogger
 from adaspec.toolkit import wandb_enabled
+from adaspec.training.resumable_csv import ResumableCSVLogger
 
 
 def world_size(trainer: DictConfig) -> int:

@@ -1,6 +1,6 @@
 """Artefact identity: which config fields make a stage's artefact what it is, declared beside the fields.
 
-A field of the schema (adaspec.config) counts in a stage's fingerprint wherever its section counts, unless
+A field of the schema (adaspec.config.schema) counts in a stage's fingerprint wherever its section counts, unless
 it says otherwise with `counted(default, when=rule)`, where `rule(stage, section, cfg)` (the field's
 section and the whole config as plain dicts) says whether it counts. A schema class may set
 `IDENTITY_DEFAULT` to the rule of its undeclared fields (the top level: none count; `distill`: stage 3's).
@@ -80,7 +80,7 @@ def _counted(schema: type, section: dict, stage: str, cfg: dict) -> tuple[dict, 
 
 
 def identity(schema: type, cfg: DictConfig, stage: str) -> dict[str, Any]:
-    """What of `cfg` (of the dataclass `schema`: adaspec.config.Config) makes `stage`'s artefact: the
+    """What of `cfg` (of the dataclass `schema`: adaspec.config.schema.Config) makes `stage`'s artefact: the
     counted fields, by section, as plain values."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     kept, flat = _counted(schema, plain, stage, plain)

@@ -2,7 +2,7 @@
 
 Everything a user can get wrong (a missing upstream artefact, an interrupted run, another config in
 the same folder) is checked before any data or model is loaded. What each stage trains is in
-`adaspec.stages`; the rules about artefacts are in `adaspec.artefact_rules`.
+`adaspec.stages`; the rules about artefacts are in `adaspec.artefacts.rules`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import lightning.pytorch as pl
 import wandb
 from omegaconf import DictConfig
 
-from adaspec import paths
-from adaspec.artefact_rules import check_not_done, check_upstream, record_run_start
-from adaspec.artefacts import read_meta, remove_stale_temporaries, save_artefact
+from adaspec.artefacts import paths
+from adaspec.artefacts.rules import check_not_done, check_upstream, record_run_start
+from adaspec.artefacts.store import read_meta, remove_stale_temporaries, save_artefact
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.callbacks.steps_this_run import StepsThisRun
 from adaspec.data.datamodule import TaskDataModule
@@ -27,15 +27,15 @@ from adaspec.data.stdlib_corpus import corpus_blocks, corpus_splits
 from adaspec.data.target_answers import training_splits
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.distill.budget import apply_token_budget
-from adaspec.distributed import is_global_zero, say
 from adaspec.errors import UserError
 from adaspec.models.build import enable_gradient_checkpointing, n_trainable
 from adaspec.models.vocab import check_stage_vocabularies
-from adaspec.stage_specs import Data, pretrain_stage_config, stage_dir, stage_of, stage_seed
 from adaspec.stages import stage_module
 from adaspec.stages.draft_init import ensure_draft_init
 from adaspec.stages.tokenizer_source import load_tokenizer
-from adaspec.trainer import (
+from adaspec.training.distributed import is_global_zero, say
+from adaspec.training.stage_specs import Data, pretrain_stage_config, stage_dir, stage_of, stage_seed
+from adaspec.training.trainer import (
     build_trainer,
     checkpoint_log_step,
     full_student_state,

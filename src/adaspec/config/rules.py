@@ -10,7 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
-from adaspec.config import (
+from adaspec.artefacts.paths import REFERENCE_TAG
+from adaspec.config.schema import (
     PRETRAIN_STAGES,
     Corpus,
     DistillData,
@@ -25,7 +26,6 @@ from adaspec.config import (
 from adaspec.decoding.tree_shape import is_auto, tree_shape
 from adaspec.errors import UserError
 from adaspec.models.attention import check_attn_implementation
-from adaspec.paths import REFERENCE_TAG
 
 GAMMA_RANGE = (1, 32)  # draft tokens per block; beyond ~10 almost no block is accepted whole
 
