@@ -132,15 +132,12 @@ class Served:
         self._compiled = None
         self.graphs = serving.compile and self.device.type == "cuda"  # CUDA graphs: outputs copied out of them
         if serving.compile:
-            import torch._dynamo.config
             import torch._inductor.config  # noqa: F401  (imported for its settings, torch.compile's backend)
 
             if not self.graphs:
                 torch._inductor.config.freezing = True  # weights as constants: what gpt-fast measures on CPU
-            # one graph per width: a cost curve compiles up to 9, more than dynamo's default limit of 8
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
             _install_output_hooks(model)
-            self._compiled = torch.compile(model.forward, dynamic=False, **compile_options(self.device))
+            self._compiled = compile_step(model.forward, self.device)
 
     @property
     def device(self) -> torch.device:
@@ -275,6 +272,15 @@ def _install_output_hooks(model: PreTrainedModel) -> None:
 def rounded_capacity(positions: int) -> int:
     """A preallocated cache's capacity for `positions`: rounded up to CAPACITY_STEP, so one graph serves many."""
     return -(-positions // CAPACITY_STEP) * CAPACITY_STEP
+
+
+def compile_step(step, device: torch.device):
+    """`torch.compile` of a decoding step (`compile_options`), static shapes: a graph per width and cache capacity
+    (a cost curve compiles up to 9 widths, a head's 7 at each capacity), so dynamo's default limit of 8 is raised."""
+    import torch._dynamo.config  # noqa: F401  (imported for its settings; loaded only when something compiles)
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    return torch.compile(step, dynamic=False, **compile_options(device))
 
 
 def compile_options(device: torch.device) -> dict[str, str]:

@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PretrainedConfig, PreTrainedModel
 
 from adaspec.decoding.sampling import greedy, sample
-from adaspec.decoding.serving import CAPACITY_STEP, compile_options, rounded_capacity
+from adaspec.decoding.serving import CAPACITY_STEP, compile_step, rounded_capacity
 from adaspec.decoding.tree import Tree, TreeShape
 from adaspec.drafts.base import GreedyBlocks, median_seconds
 from adaspec.drafts.feature_source import FeatureSource
@@ -146,14 +146,10 @@ class Eagle3Draft(TrainedDraft):
 
     def compile_steps(self) -> bool:
         """Decode with the head's steps compiled (`decode.draft_compile`), on a preallocated cache: CUDA graphs on a
-        CUDA GPU, inductor on the CPU (`adaspec.decoding.serving.compile_options`). Call after `to(device)`."""
-        import torch._dynamo.config  # noqa: F401  (imported for its settings)
-
+        CUDA GPU, inductor on the CPU (`adaspec.decoding.serving.compile_step`). Call after `to(device)`."""
         device = self.model.fc.weight.device
         self.graphs = device.type == "cuda"
-        # a graph per width and cache capacity: 7 widths reach dynamo's default limit of 8 at a second capacity
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.compiled_step = torch.compile(self.model.decode_step, dynamic=False, **compile_options(device))
+        self.compiled_step = compile_step(self.model.decode_step, device)
         return True
 
     @torch.inference_mode()
