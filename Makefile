@@ -74,8 +74,9 @@ demo: install
 # target's own answers to every training problem but the 64 that validate (7,409; one-off: adopted from the parts
 # committed under experiments/results/ when they name this target, else generated, resumable), the top-64 teacher
 # cache on them and the cache of the target's hidden states (one-off), the reference head (DistillSpec) and the
-# AdaSPEC k=0.4 head (HEAD_STEPS optimiser steps each, the most that fit the demo's budget here, validated every
-# 20 and stopped early on a plateau; three passes of EAGLE-3's training-time test, bfloat16 autocast, batches
+# AdaSPEC k=0.4 head (HEAD_STEPS optimiser steps of HEAD_BATCH sequences each, the most that fit the demo's budget
+# here: small batches buy the head its steps for about the same compute, experiments/results/smollm2/head-batch;
+# validated every 640 sequences and stopped early on a plateau; three passes of EAGLE-3's training-time test, bfloat16 autocast, batches
 # grouped by length), evaluation of both on 20 test prompts (acceptance on all
 # 20, replayed from the target's greedy output; wall-clock speed-ups on the first 4: make bench-real times them). Stage 3 at k=1
 # would reproduce the reference bit for bit (eval.reference: README, Commands), so it is not trained again.
@@ -95,8 +96,11 @@ REAL_STAGE := resume=true stage.max_epochs=6
 # on (its fingerprint counts task.n_train, which a 0-step target never reads: every recipe makes it with REAL's)
 TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
 EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3 task.n_train=7409
-HEAD_STEPS ?= 120
-HEAD_STAGE := resume=true stage.max_steps=$(HEAD_STEPS) stage.val_every_n_steps=20 stage.early_stop_patience=3 \
+HEAD_BATCH ?= 8
+HEAD_STEPS ?= 480
+HEAD_VAL_EVERY ?= 80
+HEAD_STAGE := resume=true stage.batch_size=$(HEAD_BATCH) stage.max_steps=$(HEAD_STEPS) \
+	stage.val_every_n_steps=$(HEAD_VAL_EVERY) stage.early_stop_patience=3 \
 	stage.group_by_length=4 trainer.precision=bf16-mixed
 demo-real: models
 	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
@@ -106,16 +110,17 @@ demo-real: models
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(EAGLE3) $(HEAD_STAGE) $(ARGS)
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 eval.timed_prompts=4 eval.draft_ks=[0.4] eval.reference=true $(REAL) $(EAGLE3) $(SERVE_FASTEST) $(ARGS)
 
-# How far training the head pays: demo-real's reference head trained CONVERGE_STEPS steps on the same answers without
-# early stopping, validated every 20 steps, its greedy acceptance at gamma 3 measured every 50 (16 held-out prompts)
-# -> experiments/results/smollm2/head-convergence/curves.json and .png. Resumable: rerun it after an interruption.
+# How far training the head pays: demo-real's reference head, in batches of 32 as demo-real trained it then, trained
+# CONVERGE_STEPS steps on the same answers without early stopping, validated every 20 steps, its greedy acceptance
+# at gamma 3 measured every 50 (16 held-out prompts) -> experiments/results/smollm2/head-convergence/curves.json and .png. Resumable: rerun it after an interruption.
 CONVERGE_STEPS ?= 400
 CONVERGED := outputs/gsm8k/smollm2/seed0/ref-eagle3-steps$(CONVERGE_STEPS)-target-answers
 head-convergence: models
 	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
-	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.max_steps=$(CONVERGE_STEPS) stage.early_stop_patience=0 \
+	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.batch_size=32 stage.max_steps=$(CONVERGE_STEPS) \
+		stage.val_every_n_steps=20 stage.early_stop_patience=0 \
 		stage.monitor_every_n_steps=50 gamma=3 stage.tag=steps$(CONVERGE_STEPS) $(ARGS)
 	$(PY) -m adaspec.commands.curves --run "$(CONVERGE_STEPS) steps=$(CONVERGED)" --out experiments/results/smollm2/head-convergence \
 		--title "demo-real's reference head on every GSM8K answer of the target"

@@ -107,7 +107,9 @@ def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and
                        "adaspec.commands.train", "adaspec.commands.curves"]
     long_ref = checked_config(*commands[3][1])
     demo_ref = checked_config(*recipe()[4][1])
-    assert long_ref.stage.max_steps > demo_ref.stage.max_steps and long_ref.stage.early_stop_patience == 0
+    # in batches of 32, as demo-real trained its heads when the committed curves were made
+    assert long_ref.stage.batch_size == 32 and long_ref.stage.early_stop_patience == 0
+    assert long_ref.stage.max_steps * 32 > demo_ref.stage.max_steps * demo_ref.stage.batch_size
     assert long_ref.task == demo_ref.task and long_ref.distill == demo_ref.distill and long_ref.model == demo_ref.model
     assert paths.teacher_cache_dir(long_ref) == paths.teacher_cache_dir(demo_ref)
     assert paths.ref_dir(long_ref) != paths.ref_dir(demo_ref)  # beside demo-real's head, not over it
@@ -130,6 +132,8 @@ def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of
         assert {k: v for k, v in cfg.distill.items() if k != "divergence"} == {
             k: v for k, v in demo_ref.distill.items() if k != "divergence"}
         assert cfg.stage.max_steps == demo_ref.stage.max_steps and cfg.stage.early_stop_patience == 0
+        assert cfg.stage.batch_size == demo_ref.stage.batch_size
+        assert cfg.stage.val_every_n_steps == demo_ref.stage.val_every_n_steps
         assert cfg.stage.group_by_length == demo_ref.stage.group_by_length and cfg.stage.lr == demo_ref.stage.lr
         assert paths.ref_dir(cfg) != paths.ref_dir(demo_ref)  # never demo-real's heads ...
         assert paths.teacher_cache_dir(cfg) == paths.teacher_cache_dir(demo_ref)  # ... but its target and caches
