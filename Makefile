@@ -85,11 +85,14 @@ demo: install
 # bfloat16 (against target-only decoding compiled in bfloat16, one-token steps padded to two), the head in bfloat16
 # with its steps compiled (bench/results/decode-block-profile-ab*.json),
 # each draft's tree or chain chosen on held-out prompts (decode.tree=auto; here the hybrid k4-d3-n12+lookup8 for the
-# heads, as in bench/results/smollm2-long-lookup.json); compiling the step graphs takes a few minutes, excluded from
-# every figure.
+# heads, as in bench/results/smollm2-long-lookup.json) among the chain and the three shapes that won on this machine
+# (all seven candidates cost the demo 5.7 minutes of replays; experiments/smollm2/README.md); compiling the step
+# graphs takes a few minutes, excluded from every figure.
+TREE_CANDIDATES ?= [k4-d3-n8,k4-d3-n12+lookup8,k4-d4-n16+lookup12]
 SERVE_FASTEST ?= decode.target_dtype=bfloat16 decode.kv_cache=static decode.compile=true decode.draft_dtype=bfloat16 \
 	decode.draft_compile=true \
-	gamma=3 eval.gammas=[3] decode.tree=auto eval.target_servings=[bfloat16-compiled-w2]
+	gamma=3 eval.gammas=[3] decode.tree=auto eval.tree_candidates=$(TREE_CANDIDATES) \
+	eval.target_servings=[bfloat16-compiled-w2]
 REAL ?= model=smollm2 task=gsm8k task.local_dir=../shared/data/gsm8k task.n_train=500 task.n_val=64 distill.data=target distill.teacher=cache distill.cache_mode=topk
 REAL_STAGE := resume=true stage.max_epochs=6
 # stage 1 of every recipe on the real target: the instruct model as it is, one folder whatever the drafts train
