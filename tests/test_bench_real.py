@@ -17,7 +17,7 @@ from tests.conftest import TINY
 def test_a_full_vocabulary_draft_is_timed_against_hf_assisted_too(tiny_trained, tmp_path):
     cfg = tiny_trained()
     root = f"paths.root={cfg.paths.root}"
-    reference = paths.final(paths.ref_dir(cfg))
+    reference = paths.final(paths.of(cfg).ref_dir())
     payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "1,2", "--temperatures", "0",
                     "--threads", "1", "--out", str(tmp_path), "--draft", str(reference), *TINY, root])
     assert payload["draft"] == str(reference) and payload["drafts"]["trained"]["draft_vocab_size"] is None
@@ -34,7 +34,7 @@ def test_speed_ups_are_against_the_fastest_target_only_configuration(tiny_traine
     """Target-only decoding runs in every configuration of --servings and in the speculative run's own; the
     speed-up is against the fastest of them, named, and against the same configuration beside it."""
     cfg = tiny_trained()
-    reference = paths.final(paths.ref_dir(cfg))
+    reference = paths.final(paths.of(cfg).ref_dir())
     payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0",
                     "--threads", "1", "--out", str(tmp_path), "--serving", "float32-static", "--draft", str(reference),
                     "--servings", "float32,bfloat16", *TINY, f"paths.root={cfg.paths.root}"])
@@ -64,7 +64,7 @@ def test_several_drafts_are_benched_against_the_same_target_only_runs(tiny_train
     from adaspec.training.pipeline import run_stage
 
     cfg = tiny_trained("stage=draft", "k=0.4")
-    reference, draft = paths.final(paths.ref_dir(cfg)), run_stage(cfg)
+    reference, draft = paths.final(paths.of(cfg).ref_dir()), run_stage(cfg)
     payload = main(["--prompts", "1", "--max-new-tokens", "8", "--gammas", "2", "--temperatures", "0",
                     "--no-adaptive", "--threads", "1", "--out", str(tmp_path), "--draft", f"distillspec={reference}",
                     "--draft", str(draft), *TINY, f"paths.root={cfg.paths.root}"])
@@ -104,7 +104,7 @@ def test_tree_and_hybrid_rows_are_benched_beside_the_chains(tiny_trained, tmp_pa
     """--trees adds a row per draft and shape, decoded with trees (exact: no greedy mismatch), with the tree's
     verification cost, acceptance per depth and the CPU the run had; a bad shape is one line naming --trees."""
     cfg = tiny_trained()
-    reference = paths.final(paths.ref_dir(cfg))
+    reference = paths.final(paths.of(cfg).ref_dir())
     payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0,1",
                     "--no-adaptive", "--trees", "k2-d3-n6,k2-d3-n6+lookup", "--threads", "1", "--out", str(tmp_path),
                     "--draft", str(reference), *TINY, f"paths.root={cfg.paths.root}"])

@@ -41,7 +41,7 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     assert ref.stage.name == "ref" and draft04.k == 0.4
     for cfg in configs:
         assert cfg.distill.data == "target" and cfg.task.prompt_format == "chat"
-        assert paths.target_dir(cfg) == paths.target_dir(target)
+        assert paths.of(cfg).target_dir() == paths.of(target).target_dir()
     for cfg in (ref, draft04, evaluation):  # the best draft per CPU-hour: an EAGLE-3 head, 3 TTT passes
         assert cfg.model.draft_kind == "eagle3" and cfg.pretrain.corpus == "none" and cfg.distill.ttt_passes == 3
     # the reference and the AdaSPEC head train alike (but for the selection), under bfloat16 autocast
@@ -50,12 +50,12 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     # on every answer of the target but the 64 validating ones, for a step budget, stopping early on a plateau
     assert ref.task.n_train + ref.task.n_val == 7473 and ref.stage.max_steps > 0
     assert ref.stage.early_stop_patience > 0 and ref.stage.val_every_n_steps > 0
-    assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
-    assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(evaluation)
+    assert paths.of(ref).teacher_cache_dir() == paths.of(cache).teacher_cache_dir()
+    assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
     # DistillSpec is the reference itself (tests/evaluation/test_reference_row.py): evaluated, not retrained
     assert evaluation.eval.reference and list(evaluation.eval.draft_ks) == [0.4]
     assert evaluation.eval.timed_prompts == 4 and evaluation.decode.temperature == 0  # the rest replayed exactly
-    assert paths.draft_dir(evaluation, 0.4) == paths.draft_dir(draft04)
+    assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()
     # served as bench-real found fastest: compiled bfloat16, the head in bfloat16, each draft's tree or chain chosen
     # on held-out prompts among candidates that include the hybrid bench-real found fastest
     decode = evaluation.decode
@@ -74,14 +74,14 @@ def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_an
     assert ref.pretrain.objective == "kd"  # so the reference starts from stage 0's draft
     for cfg in (ref, draft04, draft1, evaluation):
         assert cfg.model.draft_kind == "model"
-    assert paths.teacher_cache_dir(ref) == paths.teacher_cache_dir(cache)
+    assert paths.of(ref).teacher_cache_dir() == paths.of(cache).teacher_cache_dir()
     # the same target and answers; the heads' cache covers all 7,409 problems, the drafts' the first 500 ...
-    assert paths.target_dir(ref) == paths.target_dir(heads) and ref.task.n_train == 500
-    assert paths.teacher_cache_dir(heads) == paths.teacher_cache_dir(ref).with_name("target-answers-n7409-topk64")
-    assert paths.ref_dir(heads) == paths.ref_dir(ref).with_name("ref-eagle3-target-answers")  # ... never a draft
-    assert paths.ref_dir(draft04) == paths.ref_dir(ref) == paths.ref_dir(draft1)
-    assert {paths.draft_dir(evaluation, k) for k in evaluation.eval.draft_ks} == {
-        paths.draft_dir(draft04), paths.draft_dir(draft1)
+    assert paths.of(ref).target_dir() == paths.of(heads).target_dir() and ref.task.n_train == 500
+    assert paths.of(heads).teacher_cache_dir() == paths.of(ref).teacher_cache_dir().with_name("target-answers-n7409-topk64")
+    assert paths.of(heads).ref_dir() == paths.of(ref).ref_dir().with_name("ref-eagle3-target-answers")  # ... never a draft
+    assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(draft1).ref_dir()
+    assert {paths.of(evaluation).draft_dir(k) for k in evaluation.eval.draft_ks} == {
+        paths.of(draft04).draft_dir(), paths.of(draft1).draft_dir()
     }
 
 
@@ -97,7 +97,7 @@ def test_bench_real_reads_demo_real_drafts_and_serves_them_as_the_readme_measure
     assert args.serving == "bfloat16-compiled" and args.servings == ["float32-compiled", "bfloat16-compiled-w2"]
     # chains against trees and the hybrid, on the issue's 20 prompts
     assert args.prompts == 20 and args.gammas == [3] and {"k4-d5-n16", "k4-d5-n16+lookup"} <= set(args.trees)
-    assert paths.ref_dir(cfg) == paths.ref_dir(checked_config(*recipe()[4][1]))  # the reference's command
+    assert paths.of(cfg).ref_dir() == paths.of(checked_config(*recipe()[4][1])).ref_dir()  # the reference's command
 
 
 def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and_caches():
@@ -111,10 +111,10 @@ def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and
     assert long_ref.stage.batch_size == 32 and long_ref.stage.early_stop_patience == 0
     assert long_ref.stage.max_steps * 32 > demo_ref.stage.max_steps * demo_ref.stage.batch_size
     assert long_ref.task == demo_ref.task and long_ref.distill == demo_ref.distill and long_ref.model == demo_ref.model
-    assert paths.teacher_cache_dir(long_ref) == paths.teacher_cache_dir(demo_ref)
-    assert paths.ref_dir(long_ref) != paths.ref_dir(demo_ref)  # beside demo-real's head, not over it
+    assert paths.of(long_ref).teacher_cache_dir() == paths.of(demo_ref).teacher_cache_dir()
+    assert paths.of(long_ref).ref_dir() != paths.of(demo_ref).ref_dir()  # beside demo-real's head, not over it
     curves = commands[4][1]
-    assert str(paths.ref_dir(long_ref)) in curves[curves.index("--run") + 1]
+    assert str(paths.of(long_ref).ref_dir()) in curves[curves.index("--run") + 1]
 
 
 def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of_its_own():
@@ -135,8 +135,8 @@ def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of
         assert cfg.stage.batch_size == demo_ref.stage.batch_size
         assert cfg.stage.val_every_n_steps == demo_ref.stage.val_every_n_steps
         assert cfg.stage.group_by_length == demo_ref.stage.group_by_length and cfg.stage.lr == demo_ref.stage.lr
-        assert paths.ref_dir(cfg) != paths.ref_dir(demo_ref)  # never demo-real's heads ...
-        assert paths.teacher_cache_dir(cfg) == paths.teacher_cache_dir(demo_ref)  # ... but its target and caches
+        assert paths.of(cfg).ref_dir() != paths.of(demo_ref).ref_dir()  # never demo-real's heads ...
+        assert paths.of(cfg).teacher_cache_dir() == paths.of(demo_ref).teacher_cache_dir()  # ... but its target and caches
     assert sorted(str(c.distill.divergence) for c in trained) == ["forward_kl"] * 3 + ["lk"] * 2
     evaluations = [c for s, c in configs if s.kind == "eval"]
     assert [(e.eval.n_prompts, e.decode.temperature) for e in evaluations] == [(40, 0.0), (20, 1.0)]
@@ -155,7 +155,7 @@ def test_every_recipe_on_the_real_target_makes_one_target_folder_with_one_finger
     step = next(s for s in paper_plan([TASKS["smollm2_gsm8k_head"]], [0], sweeps=False) if "stage=target" in s.overrides)
     targets.append(compose_step(step, []))
     assert len(targets) == 5
-    assert len({paths.target_dir(c) for c in targets}) == 1
+    assert len({paths.of(c).target_dir() for c in targets}) == 1
     assert len({fingerprint(c, "target") for c in targets}) == 1
     heads = checked_config(*recipe()[4][1])  # negative control: the heads' own data would be another fingerprint
     assert fingerprint(heads, "target") != fingerprint(targets[0], "target")

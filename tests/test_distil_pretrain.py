@@ -21,6 +21,7 @@ from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.errors import UserError
 from adaspec.stages import stage_module
 from adaspec.stages.pretrain import DistilPretrain
+from adaspec.stages.stage_run import StageRun
 from adaspec.training.pipeline import build_data, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
@@ -54,26 +55,26 @@ def setup(tmp_path_factory, one_torch_thread):
 
 def validation_kl(cfg) -> float:
     """val/kl of what stage 0 starts from: its module before any step, validated by a real trainer."""
-    data, _, _ = build_data(cfg, None)
-    module = DistilPretrain.from_config(cfg, data.tokenizer, data)
+    data, _, _ = build_data(StageRun.of(cfg), None)
+    module = DistilPretrain.build(StageRun.of(cfg), data.tokenizer, data)
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     return trainer.validate(module, datamodule=data, verbose=False)[0]["val/kl"]
 
 
 def test_stage_0_distils_the_target_and_the_reference_starts_from_it(setup):
     stage0 = setup("stage=pretrain_draft", *STAGE0)
-    assert stage_module(stage0) is DistilPretrain
+    assert stage_module(StageRun.of(stage0)) is DistilPretrain
     before = validation_kl(stage0)
     final = run_stage(stage0)
     meta, metrics = read_meta(final), json.loads((final / "metrics.json").read_text())
     assert metrics["val/kl"] < before  # it learned the target's distribution on the corpus
-    assert meta["upstream"]["target"] == read_meta(paths.final(paths.target_dir(stage0)))["weights"]
-    assert corpus_blocks(stage0)[-6:] == [e.prompt for e in first_training_examples(stage0.task, 6)]
+    assert meta["upstream"]["target"] == read_meta(paths.final(paths.of(stage0).target_dir()))["weights"]
+    assert corpus_blocks(stage0.pretrain, stage0.task)[-6:] == [e.prompt for e in first_training_examples(stage0.task, 6)]
     assert (final / "draft_vocab.json").is_file()  # the reduced vocabulary, as model.draft_vocab_size makes it
 
     ref = setup("stage=ref", *STAGE0)
     run_stage(ref)
-    init = paths.final(paths.draft_init_dir(ref))
+    init = paths.final(paths.of(ref).draft_init_dir())
     assert read_meta(init)["upstream"]["pretrain_draft"] == meta["weights"]
     stage0_weights, init_weights = load_file(final / "model.safetensors"), load_file(init / "model.safetensors")
     assert all(torch.equal(stage0_weights[k], init_weights[k]) for k in stage0_weights)
@@ -109,6 +110,6 @@ def test_bad_stage_0_settings_name_the_key(setup, overrides, key):
 
 def test_tokenizer_of_stage_0_is_the_targets(setup):
     stage0 = setup("stage=pretrain_draft", *STAGE0)
-    data, _, _ = build_data(stage0, None)
-    target = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(stage0))))
+    data, _, _ = build_data(StageRun.of(stage0), None)
+    target = AutoTokenizer.from_pretrained(str(paths.final(paths.of(stage0).target_dir())))
     assert data.tokenizer.get_vocab() == target.get_vocab()

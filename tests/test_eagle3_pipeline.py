@@ -40,12 +40,12 @@ def metrics(folder) -> list[dict]:
 
 def test_the_stages_train_a_head_that_reads_the_target(eagle3):
     cfg = eagle3("stage=draft", "k=0.4", *EAGLE3)
-    ref_folder = paths.ref_dir(cfg)
+    ref_folder = paths.of(cfg).ref_dir()
     ref = load_draft(paths.final(ref_folder))
     assert isinstance(ref, Eagle3Draft)
-    target = load_model(paths.final(paths.target_dir(cfg)))
+    target = load_model(paths.final(paths.of(cfg).target_dir()))
     assert torch.equal(ref.model.embed_tokens.weight, target.get_input_embeddings().weight)  # frozen all along
-    init = load_draft(paths.final(paths.draft_init_dir(cfg)))
+    init = load_draft(paths.final(paths.of(cfg).draft_init_dir()))
     assert not torch.equal(init.model.lm_head.weight, ref.model.lm_head.weight)
     kl = [float(r["train/loss"]) for r in metrics(ref_folder) if r["train/loss"]]
     assert sum(kl[-5:]) < sum(kl[:5])  # forward KL falls
@@ -53,7 +53,7 @@ def test_the_stages_train_a_head_that_reads_the_target(eagle3):
         p.numel() for p in ref.model.parameters() if p.requires_grad)  # the frozen embedding is not counted
 
     run_stage(cfg)
-    rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
+    rows = [r for r in metrics(paths.of(cfg).draft_dir(0.4)) if r["train/selected_frac"]]
     assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
     # dL against the reference head (its value token by token: test_the_training_time_test_sums_each_pass_...)
     assert any(float(r["train/delta_mean"]) != 0 for r in rows)
@@ -64,7 +64,7 @@ def test_the_evaluation_decodes_the_head_exactly(eagle3):
     cfg = eagle3(*EAGLE3, "eval.draft_ks=[1.0]", "eval.n_prompts=3", "decode.max_new_tokens=16",
                  "eval.num_threads=1")
     run_evaluation(cfg, progress=False)
-    results = json.loads((paths.eval_dir(cfg) / "greedy-g5" / "results.json").read_text())
+    results = json.loads((paths.of(cfg).eval_dir() / "greedy-g5" / "results.json").read_text())
     row = results["drafts"]["k1"]
     assert row["draft"]["kind"] == "eagle3" and row["greedy_mismatches"] == 0
     assert row["acceptance_vs_gamma"]["replay_mismatches"] == 0  # the replay reads the target's features too
@@ -100,7 +100,7 @@ def test_a_head_initialisation_remembers_how_its_output_started(tiny_cfg):
 
 
 def test_heads_and_independent_drafts_share_the_target_never_a_folder(eagle3):
-    head_ref = paths.ref_dir(eagle3("stage=ref", *EAGLE3))
+    head_ref = paths.of(eagle3("stage=ref", *EAGLE3)).ref_dir()
     weights = (paths.final(head_ref) / "model.safetensors").read_bytes()
     independent = run_stage(eagle3("stage=ref", "stage.max_steps=2"))
     assert independent.parent.name == "ref" and head_ref.name == "ref-eagle3"
@@ -116,11 +116,11 @@ def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_o
     run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
     cfg = tiny_cfg("stage=ref", *EAGLE3, "distill.teacher=cache")
     build_cache(cfg)
-    (folder,) = (paths.target_dir(cfg) / "feature_cache").iterdir()  # filled by the teacher cache's forward ...
+    (folder,) = (paths.of(cfg).target_dir() / "feature_cache").iterdir()  # filled by the teacher cache's forward ...
     made = (folder / "features.f16").stat().st_mtime_ns
     final = run_stage(cfg)
     assert (folder / "features.f16").stat().st_mtime_ns == made  # ... and read by stage 2, not built again
-    head = load_draft(final, target=load_model(paths.final(paths.target_dir(cfg))))
+    head = load_draft(final, target=load_model(paths.final(paths.of(cfg).target_dir())))
     assert folder.name == "layers" + "-".join(str(i) for i in head.target_layers)
     batch = shuffled_batch(cfg)
     cached = FeatureCache(folder).batch(batch["index"], batch["attention_mask"], torch.float32)
@@ -128,7 +128,7 @@ def test_with_a_teacher_cache_the_head_reads_the_targets_features_from_a_cache_o
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(cached[real], live[real], atol=2e-2, rtol=1e-2)  # float16 storage
     assert (cached[~real] == 0).all()
-    kl = [float(r["train/loss"]) for r in metrics(paths.ref_dir(cfg)) if r["train/loss"]]
+    kl = [float(r["train/loss"]) for r in metrics(paths.of(cfg).ref_dir()) if r["train/loss"]]
     assert sum(kl[-5:]) < sum(kl[:5])
 
 
@@ -139,6 +139,7 @@ def test_stage_3_reads_the_reference_heads_divergence_from_a_cache_built_once(ti
     import numpy as np
 
     from adaspec.stages.draft import SelectiveDistill
+    from adaspec.stages.stage_run import StageRun
     from tests.test_teacher_cache import shuffled_batch
 
     passes = [*EAGLE3, "distill.ttt_passes=3", "distill.teacher=cache"]
@@ -147,16 +148,16 @@ def test_stage_3_reads_the_reference_heads_divergence_from_a_cache_built_once(ti
     run_stage(tiny_cfg("stage=ref", *passes))
     cached_cfg = tiny_cfg("stage=draft", "k=0.4", *passes, "distill.cache_ref_kl=true", "stage.max_steps=4")
     final = run_stage(cached_cfg)
-    (folder,) = (paths.ref_dir(cached_cfg) / "teacher_kl").iterdir()
+    (folder,) = (paths.of(cached_cfg).ref_dir() / "teacher_kl").iterdir()
     assert json.loads((folder / "ref_kl.json").read_text())["ttt_passes"] == "3"
     assert json.loads((final / "metrics.json").read_text())["steps"] == 4
 
     from adaspec.training.pipeline import build_data, resolve_stage_config
 
     resolved, splits = resolve_stage_config(tiny_cfg("stage=draft", "k=0.4", *passes, "stage.max_steps=4"))
-    data, _, _ = build_data(resolved, splits)
-    live = SelectiveDistill.from_config(resolved, data.tokenizer, data)  # runs the reference head
-    cached = SelectiveDistill.from_config(cached_cfg, data.tokenizer, data)  # reads it
+    data, _, _ = build_data(StageRun.of(resolved), splits)
+    live = SelectiveDistill.build(StageRun.of(resolved), data.tokenizer, data)  # runs the reference head
+    cached = SelectiveDistill.build(StageRun.of(cached_cfg), data.tokenizer, data)  # reads it
     assert live.reference is not None and cached.reference is None
     batch = shuffled_batch(cached_cfg)
     with torch.no_grad():
@@ -218,9 +219,9 @@ def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):
     run_stage(tiny_cfg("stage=ref", *passes))
     cfg = tiny_cfg("stage=draft", "k=0.4", *passes)
     run_stage(cfg)
-    rows = [r for r in metrics(paths.draft_dir(cfg, 0.4)) if r["train/selected_frac"]]
+    rows = [r for r in metrics(paths.of(cfg).draft_dir(0.4)) if r["train/selected_frac"]]
     assert rows and all(float(r["train/selected_frac"]) == pytest.approx(0.4, abs=0.05) for r in rows)
-    saved = OmegaConf.load(paths.final(paths.draft_dir(cfg, 0.4)) / "config.yaml")
+    saved = OmegaConf.load(paths.final(paths.of(cfg).draft_dir(0.4)) / "config.yaml")
     assert saved.distill.ttt_passes == 3 and saved.model.draft_kind == "eagle3"  # the config it trained with
 
 
@@ -236,15 +237,15 @@ def test_the_teacher_caches_forward_writes_the_same_features_as_a_pass_of_their_
     run_stage(tiny_cfg("stage=target", "stage.max_steps=5"))
     cfg = tiny_cfg("stage=ref", *EAGLE3, "distill.teacher=cache")
     build_cache(cfg)
-    (shared,) = (paths.target_dir(cfg) / "feature_cache").iterdir()
-    target_final = paths.final(paths.target_dir(cfg))
+    (shared,) = (paths.of(cfg).target_dir() / "feature_cache").iterdir()
+    target_final = paths.final(paths.of(cfg).target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     data = TaskDataModule(tokenizer, load_task(cfg.task), batch_size=cfg.stage.batch_size,
                           max_length=cfg.task.max_length, n_val=cfg.task.n_val, seed=cfg.seed)
     encoded = data.train_set + data.val_set
     layers = FeatureCache(shared).meta["layers"]
     own = write_feature_cache(load_model(target_final), encoded, layers, shared.with_name("own"),
-                              feature_identity(cache_identity(cfg, encoded), layers), batch_size=cfg.stage.batch_size,
+                              feature_identity(cache_identity(paths.of(cfg), cfg.task, encoded), layers), batch_size=cfg.stage.batch_size,
                               pad_id=tokenizer.pad_token_id, progress=False)
     assert FeatureCache(shared).meta == own.meta
     assert np.array_equal(np.asarray(FeatureCache(shared).features), np.asarray(own.features))

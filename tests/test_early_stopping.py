@@ -23,7 +23,7 @@ def test_a_diverging_draft_stops_early_and_keeps_its_best_validated_weights(tiny
                                 "stage.val_every_n_steps=2", "stage.early_stop_patience=2",
                                 "stage.monitor_every_n_steps=0"))
     run_stage(cfg)
-    folder = paths.draft_dir(cfg)
+    folder = paths.of(cfg).draft_dir()
     metrics = json.loads((paths.final(folder) / "metrics.json").read_text())
     seen = validations(folder)[:-1]  # the last row is the final validation of the kept weights
     best_step, best = min(seen, key=lambda sv: sv[1])

@@ -147,10 +147,10 @@ def test_make_export_writes_a_trained_head_with_its_provenance(tiny_cfg):
     overrides = [*TINY, f"paths.root={cfg.paths.root}", *EAGLE3]
     out = export_main(["--stage", "ref", "--gamma", "5", *overrides])
 
-    folder = paths.final(paths.ref_dir(cfg))
+    folder = paths.final(paths.of(cfg).ref_dir())
     assert out == folder.parent / "export-speculators"
     config = json.loads((out / "config.json").read_text())
-    assert config["speculators_config"]["verifier"]["name_or_path"] == str(paths.final(paths.target_dir(cfg)).resolve())
+    assert config["speculators_config"]["verifier"]["name_or_path"] == str(paths.final(paths.of(cfg).target_dir()).resolve())
     assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 5
     provenance = json.loads((out / "adaspec_export.json").read_text())
     assert provenance["artefact"] == json.loads((folder / "meta.json").read_text())
@@ -172,9 +172,9 @@ def test_make_export_writes_a_trained_head_with_its_provenance(tiny_cfg):
 
 def test_a_full_vocabulary_draft_exports_as_transformers_assistant_model(tiny_trained, tmp_path):
     cfg = tiny_trained("stage=ref")
-    folder = paths.final(paths.ref_dir(cfg))
+    folder = paths.final(paths.of(cfg).ref_dir())
     out = export_main(["--draft", str(folder), "--out", str(tmp_path / "assistant")])
-    target = AutoModelForCausalLM.from_pretrained(paths.final(paths.target_dir(cfg))).eval()
+    target = AutoModelForCausalLM.from_pretrained(paths.final(paths.of(cfg).target_dir())).eval()
     assistant = AutoModelForCausalLM.from_pretrained(out).eval()
     assert sorted(p.name for p in out.iterdir() if p.suffix == ".safetensors") == ["model.safetensors"]
     prompt = torch.tensor([[1, 5, 9, 12, 7, 3]])
@@ -190,12 +190,12 @@ def test_a_full_vocabulary_draft_exports_as_transformers_assistant_model(tiny_tr
 
 def test_what_cannot_be_exported_is_one_line(tiny_trained, tmp_path):
     cfg = tiny_trained("stage=ref")
-    folder = paths.final(paths.ref_dir(cfg))
+    folder = paths.final(paths.of(cfg).ref_dir())
     other = compose_config(*TINY, f"paths.root={tmp_path / 'other'}", "stage=target", "stage.max_steps=5")
     run_stage(other)
     with pytest.raises(UserError, match="the draft was trained against"):  # another target's folder
         export_main(["--draft", str(folder), "--out", str(tmp_path / "x"),
-                     "--target", str(paths.final(paths.target_dir(other)))])
+                     "--target", str(paths.final(paths.of(other).target_dir()))])
     assert not (tmp_path / "x").exists()
     with pytest.raises(UserError, match="no trained draft"):
         export_main(["--stage", "draft", "--k", "0.3", *TINY, f"paths.root={cfg.paths.root}"])
@@ -206,7 +206,7 @@ def test_a_reduced_vocabulary_draft_is_refused_with_the_way_to_train_one(tiny_cf
     cfg = tiny_cfg("stage=ref", "model.draft_vocab_size=64")
     run_stage(cfg)
     with pytest.raises(UserError, match="model.draft_vocab_size=0"):
-        export_main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--out", str(tmp_path / "x")])
+        export_main(["--draft", str(paths.final(paths.of(cfg).ref_dir())), "--out", str(tmp_path / "x")])
 
 
 SPECULATORS_VENV = Path(os.environ.get("ADASPEC_SPECULATORS_VENV", ".cache/speculators-venv"))
@@ -220,7 +220,7 @@ def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
     run_stage(tiny_cfg("stage=target", "stage.max_steps=6", llama, EAGLE3[-1]))
     cfg = tiny_cfg("stage=ref", *EAGLE3, "model.draft_vocab_size=64", llama)
     run_stage(cfg)
-    out = export_main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--out", str(tmp_path / "spec"),
+    out = export_main(["--draft", str(paths.final(paths.of(cfg).ref_dir())), "--out", str(tmp_path / "spec"),
                        "--with-embedding"])  # speculators' loader is strict: every tensor of its model
     python = SPECULATORS_VENV / "bin" / "python"
     if not python.exists():
@@ -243,6 +243,6 @@ def test_speculators_itself_loads_the_exported_head(tiny_cfg, tmp_path):
     result = subprocess.run([str(python), "-c", check, str(out)], capture_output=True, text=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    head = Eagle3Head.from_pretrained(paths.final(paths.ref_dir(cfg)))
+    head = Eagle3Head.from_pretrained(paths.final(paths.of(cfg).ref_dir()))
     vocab, layers = json.loads(result.stdout.strip().splitlines()[-1])
     assert vocab == 64 and layers == list(head.config.target_layers)

@@ -19,7 +19,7 @@ def resident_mb() -> float:
 
 
 def test_every_stage_trainer_frees_memory_after_each_step(tiny_cfg, tmp_path):
-    trainer = build_trainer(tiny_cfg(), tmp_path, n_train=64, run_name="t")
+    trainer = build_trainer(tiny_cfg().stage, tiny_cfg().trainer, tmp_path, n_train=64)
     assert sum(isinstance(cb, FreeMemory) for cb in trainer.callbacks) == 1
 
 

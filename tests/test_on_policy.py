@@ -95,8 +95,8 @@ def test_lambda_zero_trains_exactly_as_the_dataset(tiny_trained):
     run_stage(validate(tiny_trained(*base)))
     mixed = validate(tiny_trained(*base, "distill.data=mixed", "distill.on_policy_fraction=0", "stage.tag=mixed"))
     run_stage(mixed)
-    plain = load_file(paths.final(paths.draft_dir(validate(tiny_trained(*base)))) / "model.safetensors")
-    other = load_file(paths.final(paths.draft_dir(mixed)) / "model.safetensors")
+    plain = load_file(paths.final(paths.of(validate(tiny_trained(*base))).draft_dir()) / "model.safetensors")
+    other = load_file(paths.final(paths.of(mixed).draft_dir()) / "model.safetensors")
     assert plain.keys() == other.keys() and all(torch.equal(plain[k], other[k]) for k in plain)
 
 
@@ -105,7 +105,7 @@ def test_a_draft_stage_on_policy_logs_every_step_as_on_policy(tiny_trained):
                                 "distill.answer_max_new_tokens=8", "trainer.log_every_n_steps=1",
                                 "stage.monitor_every_n_steps=0"))
     run_stage(cfg)
-    folder = paths.draft_dir(cfg)
+    folder = paths.of(cfg).draft_dir()
     rows = (folder / "logs" / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     steps = [dict(zip(header, r.split(","), strict=False)) for r in rows[1:]]

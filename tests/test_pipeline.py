@@ -16,6 +16,7 @@ from adaspec.artefacts.store import read_meta
 from adaspec.drafts import load_draft
 from adaspec.errors import UserError
 from adaspec.stages import STAGE_MODULES
+from adaspec.stages.stage_run import StageRun
 from adaspec.training.pipeline import run_stage
 from tests.conftest import REPO, TINY
 from tests.test_resume import checkpoint_step, kill_when_paused, start_training
@@ -45,7 +46,7 @@ def test_three_stages_end_to_end(tiny_cfg):
     # one tokenizer for all three models
     assert (target / "tokenizer.json").read_text() == (ada / "tokenizer.json").read_text()
     # the reference and both drafts started from the same initial weights
-    init = read_meta(paths.final(paths.draft_init_dir(tiny_cfg())))["weights"]
+    init = read_meta(paths.final(paths.of(tiny_cfg()).draft_init_dir()))["weights"]
     assert read_meta(ref)["upstream"]["draft_init"] == init
     assert read_meta(ada)["upstream"]["draft_init"] == read_meta(dspec)["upstream"]["draft_init"] == init
     assert read_meta(ada)["upstream"]["ref"] == read_meta(ref)["weights"]
@@ -53,7 +54,7 @@ def test_three_stages_end_to_end(tiny_cfg):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(target))
-    students = [STAGE_MODULES[s].from_config(tiny_cfg(f"stage={s}"), tok, None).student for s in ("ref", "draft")]
+    students = [STAGE_MODULES[s].build(StageRun.of(tiny_cfg(f"stage={s}")), tok, None).student for s in ("ref", "draft")]
     for a, b in zip(students[0].state_dict().values(), students[1].state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
@@ -72,15 +73,15 @@ def test_drafts_of_another_size_share_the_target_in_folders_of_their_own(tiny_tr
     """model.draft_name: a wider draft trains beside the preset's against the same target; a size change
     without a new name is refused, not written over the preset's reference."""
     wide = ("model.draft.hidden_size=96", "model.draft.intermediate_size=192", "model.draft_name=h96")
-    preset_ref = paths.final(paths.ref_dir(tiny_trained("stage=ref")))
+    preset_ref = paths.final(paths.of(tiny_trained("stage=ref")).ref_dir())
     stamp = (preset_ref / "meta.json").stat().st_mtime_ns
     ref = run_stage(tiny_trained("stage=ref", *wide))
     draft = run_stage(tiny_trained("stage=draft", "k=0.4", *wide))
 
     assert (ref.parent.name, draft.parent.name) == ("ref-h96", "draft-k0.4-h96")
-    assert paths.draft_init_dir(tiny_trained(*wide)).name == "draft_init-h96"
-    assert paths.pretrain_draft_dir(tiny_trained(*wide)).name == "pretrain-draft-h96"
-    target = read_meta(paths.final(paths.target_dir(tiny_trained())))["weights"]
+    assert paths.of(tiny_trained(*wide)).draft_init_dir().name == "draft_init-h96"
+    assert paths.of(tiny_trained(*wide)).pretrain_draft_dir().name == "pretrain-draft-h96"
+    target = read_meta(paths.final(paths.of(tiny_trained()).target_dir()))["weights"]
     for final in (ref, draft):
         assert read_meta(final)["upstream"]["target"] == target
         assert "hidden_size: 96" in (final / "config.yaml").read_text()
@@ -152,12 +153,12 @@ def test_killed_stage_resumes_to_the_same_step_count(tiny_cfg, tmp_path):
     process = start_training(*TINY, f"paths.root={tmp_path / 'outputs'}", "stage=target", *overrides,
                              pause_marker=marker)
     kill_when_paused(process, marker)
-    assert (paths.target_dir(cfg) / "checkpoints" / "last.ckpt").is_file()
-    assert not (paths.final(paths.target_dir(cfg)) / "meta.json").exists()
+    assert (paths.of(cfg).target_dir() / "checkpoints" / "last.ckpt").is_file()
+    assert not (paths.final(paths.of(cfg).target_dir()) / "meta.json").exists()
 
     with pytest.raises(UserError, match="resume=true"):
         run_stage(cfg)
-    from_step = checkpoint_step(paths.target_dir(cfg))
+    from_step = checkpoint_step(paths.of(cfg).target_dir())
     final = run_stage(tiny_cfg("stage=target", *overrides, "resume=true"))
     metrics = json.loads((final / "metrics.json").read_text())
     assert metrics["steps"] == 60 and from_step == 5  # the first checkpoint (every 5 steps)
@@ -185,5 +186,5 @@ def test_multirun_sweep_over_k_shares_one_target_and_reference(tiny_cfg, tmp_pat
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for k in ("0.2", "0.6"):
-        final = paths.final(paths.draft_dir(tiny_cfg("stage=draft"), float(k)))
+        final = paths.final(paths.of(tiny_cfg("stage=draft")).draft_dir(float(k)))
         assert read_meta(final)["upstream"]["ref"] == read_meta(ref)["weights"]

@@ -89,7 +89,7 @@ def test_pretrained_preset_trains_from_local_folders(pretrained_pair, preset, st
     finals = {stage: run_stage(cfg(f"stage={stage}")) for stage in stages}
     tokenizer = AutoTokenizer.from_pretrained(str(finals["target"]))
     assert tokenizer.pad_token == "[PAD]" and tokenizer.pad_token_id == len(tokenizer) - 1 == 400  # added
-    init = paths.final(paths.draft_init_dir(cfg()))
+    init = paths.final(paths.of(cfg()).draft_init_dir())
     source = AutoModelForCausalLM.from_pretrained(cfg().model.draft_path)
     for folder in [*finals.values(), init]:
         m = AutoModelForCausalLM.from_pretrained(str(folder))
@@ -107,7 +107,7 @@ def test_a_draft_with_another_vocabulary_is_refused_before_training(pretrained_p
     cfg = pretrained_pair("pythia", draft_tokenizer=pretrained_style_tokenizer(texts, 420))
     with pytest.raises(UserError, match=r"model.draft_path=.* incompatible vocabularies \(401 tokens vs 421 tokens\)"):
         run_stage(cfg("stage=target"))
-    assert not paths.target_dir(cfg()).exists()
+    assert not paths.of(cfg()).target_dir().exists()
 
 
 def test_a_draft_with_the_same_size_but_other_tokens_is_refused(pretrained_pair, texts):

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from adaspec.artefacts import paths
-from adaspec.artefacts.store import save_artefact, write_atomically
+from adaspec.artefacts.store import provenance, save_artefact, write_atomically
 from adaspec.errors import UserError
 from adaspec.training.pipeline import run_stage
 from tests.stage_helpers import model, tokenizer_and_batch
@@ -35,7 +35,7 @@ def test_a_crash_while_saving_leaves_no_final_and_keeps_the_old_one(tiny_cfg, tm
     cfg = tiny_cfg()
     tokenizer, _ = tokenizer_and_batch(cfg)
     draft = model(cfg, tokenizer, "draft", seed=0)
-    save_artefact(final, model=draft, tokenizer=tokenizer, cfg=cfg, stage="target", metrics={"steps": 1})
+    save_artefact(final, model=draft, tokenizer=tokenizer, made_by=provenance(cfg, "target"), metrics={"steps": 1})
     before = snapshot(final)
 
     class BrokenTokenizer:
@@ -43,18 +43,19 @@ def test_a_crash_while_saving_leaves_no_final_and_keeps_the_old_one(tiny_cfg, tm
             raise Boom("killed while writing the tokenizer")
 
     with pytest.raises(Boom):  # the model is written, then the save crashes
-        save_artefact(final, model=draft, tokenizer=BrokenTokenizer(), cfg=cfg, stage="target", metrics={"steps": 2})
+        save_artefact(final, model=draft, tokenizer=BrokenTokenizer(), made_by=provenance(cfg, "target"),
+                      metrics={"steps": 2})
     assert snapshot(final) == before
     assert [p.name for p in final.parent.iterdir()] == ["final"]
 
 
 def test_a_non_finite_loss_names_the_step_and_the_last_checkpoint(tiny_cfg):
     cfg = tiny_cfg("stage=target", "stage.lr=1e30", "stage.checkpoint_every_n_steps=1")
-    last = paths.target_dir(cfg) / "checkpoints" / "last.ckpt"
+    last = paths.of(cfg).target_dir() / "checkpoints" / "last.ckpt"
     with pytest.raises(UserError, match=r"non-finite training loss \(nan\) at step 1; last good checkpoint: (.*)") as info:
         run_stage(cfg)
     assert str(last) in str(info.value) and last.is_file()
-    assert not paths.final(paths.target_dir(cfg)).exists()
+    assert not paths.final(paths.of(cfg).target_dir()).exists()
 
 
 def losses(final):
@@ -75,7 +76,7 @@ def test_a_stage_refuses_artefacts_with_different_tokenizers(tiny_trained):
     # the target is retrained with another vocabulary; the draft initialisation still has the old one
     run_stage(tiny_trained("stage=target", "task.vocab_size=450", "overwrite=true"))
     cfg = tiny_trained("stage=ref", "task.vocab_size=450", "overwrite=true")
-    checkpoints = paths.ref_dir(cfg) / "checkpoints"
+    checkpoints = paths.of(cfg).ref_dir() / "checkpoints"
     stamp = sorted(p.name for p in checkpoints.iterdir())
     with pytest.raises(UserError, match=r"stage ref refuses to start: .*different tokenizers \(\d+ tokens vs \d+ tokens\)"):
         run_stage(cfg)

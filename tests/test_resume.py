@@ -212,7 +212,7 @@ def test_resume_refuses_an_interrupted_run_of_another_config(tiny_cfg):
 @pytest.mark.chaos("exact-resume")
 def test_stale_temporary_folders_are_removed_when_a_stage_starts(tiny_cfg):
     cfg = tiny_cfg("stage=target")
-    stale = paths.target_dir(cfg) / ".final.tmp-abc123"
+    stale = paths.of(cfg).target_dir() / ".final.tmp-abc123"
     stale.mkdir(parents=True)
     run_stage(cfg)
     assert not stale.exists()
@@ -231,7 +231,7 @@ def test_a_corrupted_artefact_is_refused_naming_the_file(tiny_cfg, damage):
     else:
         weights.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(UserError, match=r"model.safetensors is corrupted .* rerun `make stage1"):
-        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+        require_artefact(paths.of(cfg).target_dir(), "target", "evaluate", paths.of(cfg))
     with pytest.raises(UserError, match=r"model.safetensors is corrupted"):
         run_stage(tiny_cfg("stage=ref"))
 
@@ -241,14 +241,14 @@ def test_a_weight_file_added_after_training_or_an_older_artefact_is_still_checke
     final = run_stage(cfg)
     (final / "extra.safetensors").write_bytes(b"not trained")
     with pytest.raises(UserError, match=r"extra.safetensors was added to the artefact after training"):
-        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+        require_artefact(paths.of(cfg).target_dir(), "target", "evaluate", paths.of(cfg))
     (final / "extra.safetensors").unlink()
     # an artefact saved before per-file hashes: the combined weights hash still catches a change
     meta = json.loads((final / "meta.json").read_text())
     del meta["files"]
     (final / "meta.json").write_text(json.dumps(meta))
-    require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    require_artefact(paths.of(cfg).target_dir(), "target", "evaluate", paths.of(cfg))
     weights = final / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-64] + os.urandom(64))
     with pytest.raises(UserError, match=r"the weights in .* are corrupted"):
-        require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+        require_artefact(paths.of(cfg).target_dir(), "target", "evaluate", paths.of(cfg))

@@ -15,10 +15,12 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from transformers import AutoModelForCausalLM
 
 from adaspec.artefacts import paths
+from adaspec.artefacts.store import provenance
 from adaspec.config.rules import validate
 from adaspec.errors import UserError
 from adaspec.models.attention import resolve_attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
+from adaspec.stages.stage_run import StageRun
 from adaspec.training.pipeline import run_stage
 from adaspec.training.trainer import build_trainer, total_steps, world_size
 from tests.conftest import CONF, REPO, TINY, compose_config
@@ -45,14 +47,16 @@ def test_trainer_groups_name_lightning_strategies(group, strategy):
 
 def test_fp16_mixed_starts_the_loss_scale_at_128_and_clips_at_1(tiny_cfg, tmp_path):
     cfg = tiny_cfg("trainer.precision=16-mixed")
-    trainer = build_trainer(cfg, tmp_path, n_train=64, run_name="t")
+    trainer = build_trainer(cfg.stage, cfg.trainer, tmp_path, n_train=64)
     plugin = trainer.precision_plugin
     assert isinstance(plugin, MixedPrecision) and plugin.precision == "16-mixed"
     assert plugin.scaler.get_scale() == 128.0
     assert trainer.gradient_clip_val == 1.0
-    custom = build_trainer(tiny_cfg("trainer.precision=16-mixed", "trainer.fp16_init_scale=1024"), tmp_path, 64, "t")
+    custom_cfg = tiny_cfg("trainer.precision=16-mixed", "trainer.fp16_init_scale=1024")
+    custom = build_trainer(custom_cfg.stage, custom_cfg.trainer, tmp_path, 64)
     assert custom.precision_plugin.scaler.get_scale() == 1024.0
-    bf16 = build_trainer(tiny_cfg("trainer.precision=bf16-mixed"), tmp_path, 64, "t").precision_plugin
+    bf16_cfg = tiny_cfg("trainer.precision=bf16-mixed")
+    bf16 = build_trainer(bf16_cfg.stage, bf16_cfg.trainer, tmp_path, 64).precision_plugin
     assert bf16.precision == "bf16-mixed" and getattr(bf16, "scaler", None) is None
 
 
@@ -77,7 +81,7 @@ def test_ddp_two_cpu_processes_write_the_artefact_once(tiny_trained, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
     assert proc.stdout.count("[adaspec] draft: done") == 1  # rank 1 trained too, but prints nothing
-    final = paths.final(paths.draft_dir(cfg))
+    final = paths.final(paths.of(cfg).draft_dir())
     folder = final.parent
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temp folders left
     metrics = json.loads((final / "metrics.json").read_text())
@@ -94,7 +98,7 @@ def test_non_zero_ranks_wait_for_the_draft_init_instead_of_writing_it(tiny_cfg, 
 
     cfg = tiny_cfg("stage=ref")
     tokenizer = train_bpe_tokenizer(["1 + 2 = 3", "4 * 5 = 20"] * 20, 300)
-    folder = paths.final(paths.draft_init_dir(cfg))
+    folder = paths.final(paths.of(cfg).draft_init_dir())
     rank_zero_thread = threading.Thread(target=lambda: writes.append(rank_zero()))
     waiting = threading.Event()
     wait_for = draft_init.wait_for
@@ -110,10 +114,10 @@ def test_non_zero_ranks_wait_for_the_draft_init_instead_of_writing_it(tiny_cfg, 
     def rank_zero():
         assert waiting.wait(timeout=600), "the non-zero rank never started waiting"
         assert not (folder / "meta.json").exists()  # nobody wrote it before rank zero
-        return ensure_draft_init(cfg, tokenizer)
+        return ensure_draft_init(StageRun.of(cfg).init_spec, tokenizer, provenance(cfg, "draft_init"))
 
     rank_zero_thread.start()
-    assert ensure_draft_init(cfg, tokenizer) == folder  # returns once rank 0 has written it
+    assert ensure_draft_init(StageRun.of(cfg).init_spec, tokenizer, provenance(cfg, "draft_init")) == folder  # returns once rank 0 has written it
     rank_zero_thread.join()
     assert waiting.is_set() and writes == [folder] and (folder / "meta.json").is_file()
 
@@ -154,7 +158,7 @@ def test_attention_auto_is_sdpa_unless_both_and_flash_attention_2_names_what_is_
         run_stage(tiny_cfg("stage=target", "model.attn_implementation=flash_attention_2"))
     message = str(refused.value).split(", which")[0]
     assert ("the flash-attn package" in message) != flash and ("a CUDA GPU" in message) != cuda
-    assert not paths.target_dir(tiny_cfg()).exists()  # refused before anything was built
+    assert not paths.of(tiny_cfg()).target_dir().exists()  # refused before anything was built
 
 
 def test_attention_auto_is_flash_attention_2_with_both_in_half_precision_only(monkeypatch):

@@ -128,24 +128,24 @@ def run(tmp_path_factory, one_torch_thread):
 
 def test_the_target_is_the_instruct_model_as_it_is(run):
     cfg, _, _, tmp = run
-    final = paths.final(paths.target_dir(cfg()))
+    final = paths.final(paths.of(cfg()).target_dir())
     meta = json.loads((final / "meta.json").read_text())
     metrics = json.loads((final / "metrics.json").read_text())
     assert meta["stage"] == "target" and metrics["steps"] == 0 and metrics["val/ce"] > 0
     saved, original = load_file(final / "model.safetensors"), load_file(tmp / "instruct" / "model.safetensors")
     assert saved.keys() == original.keys()
     assert all(torch.equal(saved[k], original[k]) for k in original)
-    assert not paths.last_checkpoint(paths.target_dir(cfg())).exists()  # no step: no training to keep
+    assert not paths.last_checkpoint(paths.of(cfg()).target_dir()).exists()  # no step: no training to keep
 
 
 def test_every_draft_artefact_carries_the_draft_vocabulary_in_its_identity(run):
     cfg, _, _, _ = run
     c = cfg()
     folders = [
-        paths.final(paths.draft_init_dir(c)),
-        paths.final(paths.ref_dir(c)),
-        paths.final(paths.draft_dir(c, 0.4)),
-        paths.final(paths.draft_dir(c, 1.0)),
+        paths.final(paths.of(c).draft_init_dir()),
+        paths.final(paths.of(c).ref_dir()),
+        paths.final(paths.of(c).draft_dir(0.4)),
+        paths.final(paths.of(c).draft_dir(1.0)),
     ]
     maps = []
     for folder in folders:
@@ -162,8 +162,8 @@ def test_every_draft_artefact_carries_the_draft_vocabulary_in_its_identity(run):
 def test_the_draft_vocabulary_holds_the_special_tokens_and_maps_into_the_target(run):
     cfg, _, _, _ = run
     c = cfg()
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
-    vocab = load_draft(paths.final(paths.draft_dir(c, 0.4))).vocab
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(c).target_dir())))
+    vocab = load_draft(paths.final(paths.of(c).draft_dir(0.4))).vocab
     assert vocab.size == DRAFT_VOCAB and vocab.target_size == len(tokenizer)
     assert special_token_ids(tokenizer) <= set(vocab.draft_to_target.tolist())
     assert bool(vocab.contains(torch.tensor(stop_token_id(tokenizer, "chat"))))
@@ -172,10 +172,10 @@ def test_the_draft_vocabulary_holds_the_special_tokens_and_maps_into_the_target(
 def test_speculative_greedy_output_equals_the_targets_and_proposals_are_map_tokens(run):
     cfg, results, _, _ = run
     c = cfg()
-    target_folder = paths.final(paths.target_dir(c))
+    target_folder = paths.final(paths.of(c).target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     target = load_model(target_folder).eval()
-    draft = load_draft(paths.final(paths.draft_dir(c, 0.4))).eval()
+    draft = load_draft(paths.final(paths.of(c).draft_dir(0.4))).eval()
     vocab = draft.vocab
     stop = stop_token_id(tokenizer, "chat")
     for example in load_task(c.task)["test"][:2]:
@@ -202,13 +202,13 @@ def test_only_answer_and_end_of_turn_tokens_carry_the_distillation_signal(run):
     prompt or template token."""
     cfg, _, _, _ = run
     c = cfg("stage=ref")
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(c).target_dir())))
     splits = load_task(c.task)
     chat = encode_all(tokenizer, splits["train"], c.task.max_length, prompt_format="chat")
     chat += encode_all(tokenizer, splits["test"][: c.task.n_val], c.task.max_length, len(chat), "chat")
-    assert TeacherCache(paths.teacher_cache_dir(c)).meta["identity"]["data"] == data_identity(chat)
+    assert TeacherCache(paths.of(c).teacher_cache_dir()).meta["identity"]["data"] == data_identity(chat)
     assert tokenizer.decode(chat[0].input_ids).startswith("<|im_start|>system\n")
-    counts = np.diff(np.load(paths.teacher_cache_dir(c) / "offsets.npy"))[:N_TRAIN].tolist()
+    counts = np.diff(np.load(paths.of(c).teacher_cache_dir() / "offsets.npy"))[:N_TRAIN].tolist()
     answers = [
         len(tokenizer(e.target, add_special_tokens=False)["input_ids"]) + 1  # + <|im_end|>
         for e in splits["train"]

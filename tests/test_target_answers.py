@@ -17,13 +17,20 @@ from adaspec.artefacts.store import fingerprint, read_meta
 from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
 from adaspec.data.encoding import prompt_ids, stop_token_id
-from adaspec.data.target_answers import ANSWERS, answered_examples, ensure_target_answers, read_answers
+from adaspec.data.target_answers import (
+    ANSWERS,
+    AnswerSpec,
+    answered_examples,
+    ensure_target_answers,
+    read_answers,
+)
 from adaspec.data.tasks import held_out_training, load_task
 from adaspec.decoding import target_generate
 from adaspec.distill.cache_build import build_cache
 from adaspec.distill.teacher_cache import CacheSpec, TeacherCache, write_teacher_cache
 from adaspec.errors import UserError
 from adaspec.models.build import load_model
+from adaspec.stages.stage_run import StageRun
 from adaspec.training.pipeline import build_data, resolve_stage_config, run_stage
 from tests.conftest import compose_config
 from tests.test_smollm2_pipeline import overrides_at_test_size, tiny_instruct_target
@@ -59,14 +66,14 @@ def test_stages_refuse_to_start_without_the_answers_and_name_the_command(setup):
 def test_answers_are_the_targets_greedy_output_and_generation_resumes(setup, capsys):
     c = setup("stage=ref", "distill.data=target")
     build_cache(c)  # generates the answers first
-    folder = paths.target_answers_dir(c)
+    folder = paths.of(c).target_answers_dir()
     saved = read_answers(folder)
     assert sorted(saved) == list(range(N_TRAIN + c.task.n_val))  # and the held-out validation prompts
-    final = paths.final(paths.target_dir(c))
+    final = paths.final(paths.of(c).target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(final))
     target = load_model(final).eval()
     stop = stop_token_id(tokenizer, "chat")
-    for i, example in enumerate(answered_examples(c, load_task(c.task)["train"])):
+    for i, example in enumerate(answered_examples(c.task, load_task(c.task)["train"])):
         ids = torch.tensor([prompt_ids(tokenizer, example.prompt, "chat")])
         tokens = target_generate(target, ids, max_new_tokens=MAX_NEW, eos_token_id=stop).tokens
         assert saved[i]["stopped"] == (stop in tokens)
@@ -76,7 +83,7 @@ def test_answers_are_the_targets_greedy_output_and_generation_resumes(setup, cap
     lines = (folder / ANSWERS).read_text().splitlines()
     (folder / ANSWERS).write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:10])
     capsys.readouterr()
-    ensure_target_answers(c, load_task(c.task)["train"])
+    ensure_target_answers(AnswerSpec.of(c), load_task(c.task)["train"])
     assert "target answers: 1 prompts" in capsys.readouterr().out
     assert read_answers(folder) == saved
 
@@ -85,17 +92,17 @@ def test_stages_train_on_the_finished_target_answers_only(setup):
     c = setup("stage=ref", "distill.data=target")
     build_cache(c)
     run_stage(c)
-    saved = read_answers(paths.target_answers_dir(c))
+    saved = read_answers(paths.of(c).target_answers_dir())
     finished = [saved[i]["answer"] for i in range(N_TRAIN) if saved[i]["stopped"]]
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(c))))
-    cache = TeacherCache(paths.teacher_cache_dir(c))
-    assert paths.teacher_cache_dir(c).name == f"target-answers-n{N_TRAIN}-topk8"
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(c).target_dir())))
+    cache = TeacherCache(paths.of(c).teacher_cache_dir())
+    assert paths.of(c).teacher_cache_dir().name == f"target-answers-n{N_TRAIN}-topk8"
     counts = np.diff(cache.offsets)[: len(finished)].tolist()
     assert counts == [len(tokenizer(a, add_special_tokens=False)["input_ids"]) + 1 for a in finished]
     held_out = [saved[N_TRAIN + j]["answer"] for j in range(c.task.n_val) if saved[N_TRAIN + j]["stopped"]]
     assert held_out, "the test needs a finished held-out answer"
     assert cache.meta["examples"] == len(finished) + len(held_out)
-    ref = paths.ref_dir(c)
+    ref = paths.of(c).ref_dir()
     assert ref.name == "ref-target-answers" and read_meta(paths.final(ref))["stage"] == "ref"
     assert fingerprint(c, "ref") != fingerprint(setup("stage=ref"), "ref")
 
@@ -106,8 +113,8 @@ def test_a_smaller_top_k_cache_is_cut_from_a_larger_one(setup, tmp_path, capsys)
     capsys.readouterr()
     build_cache(c4)
     assert "cut from" in capsys.readouterr().out
-    cut = TeacherCache(paths.teacher_cache_dir(c4))
-    final = paths.final(paths.target_dir(c4))
+    cut = TeacherCache(paths.of(c4).teacher_cache_dir())
+    final = paths.final(paths.of(c4).target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(final))
     splits = load_task(c4.task)
     encoded = encode_all(tokenizer, splits["train"], 512, prompt_format="chat")
@@ -120,14 +127,14 @@ def test_a_smaller_top_k_cache_is_cut_from_a_larger_one(setup, tmp_path, capsys)
     assert np.array_equal(np.asarray(cut.top_ids), np.asarray(direct.top_ids))
     assert np.allclose(np.asarray(cut.top_logprobs, np.float32), np.asarray(direct.top_logprobs, np.float32), atol=1e-2)
     assert np.allclose(np.asarray(cut.rest), np.asarray(direct.rest), atol=2e-3)
-    assert json.loads((paths.teacher_cache_dir(c4) / "cache.json").read_text())["topk"] == 4
+    assert json.loads((paths.of(c4).teacher_cache_dir() / "cache.json").read_text())["topk"] == 4
 
 
 def test_validation_is_the_targets_answers_to_held_out_training_prompts_never_the_test_split(setup):
     c = setup("stage=ref", "distill.data=target")
     build_cache(c)
-    data, _, _ = build_data(c, None)
-    saved = read_answers(paths.target_answers_dir(c))
+    data, _, _ = build_data(StageRun.of(c), None)
+    saved = read_answers(paths.of(c).target_answers_dir())
     held_out = held_out_training(c.task, c.task.n_val)
     expected = [replace(e, target=saved[N_TRAIN + j]["answer"]) for j, e in enumerate(held_out)
                 if saved[N_TRAIN + j]["stopped"]]
@@ -148,7 +155,7 @@ def test_target_answers_without_n_train_name_the_key(setup):
 def test_the_official_budget_match_counts_the_finished_answers_only(setup):
     ref = setup("stage=ref", "distill.data=target")
     build_cache(ref)
-    path = paths.target_answers_dir(ref) / ANSWERS
+    path = paths.of(ref).target_answers_dir() / ANSWERS
     original = path.read_text()
     records = list(read_answers(path.parent).values())  # without a line an earlier test cut (a crash)
     finished = [r for r in records if r["index"] < N_TRAIN and r["stopped"]]
@@ -159,7 +166,7 @@ def test_the_official_budget_match_counts_the_finished_answers_only(setup):
         draft = setup("stage=draft", "k=0.4", "distill.data=target", "distill.match_token_budget=true")
         resolved, splits = resolve_stage_config(draft)
         assert resolved.stage.batch_size == 10  # stage.batch_size 4 / k 0.4
-        data, _, _ = build_data(resolved, splits)  # the training splits are made once, from the task's
+        data, _, _ = build_data(StageRun.of(resolved), splits)  # the training splits are made once, from the task's
         assert len(data.train_set) == len(finished) - 1
     finally:
         path.write_text(original)
@@ -169,7 +176,7 @@ def test_a_draft_on_other_data_distils_against_the_shared_reference_and_is_evalu
     """distill.ref_data: a draft trained on the dataset's answers reads the reference trained on the target's
     (one reference for every data arm); the evaluation finds it through eval.tag_data; ref_data unset
     leaves a draft's fingerprint as it was, and a reference cannot claim data it did not train on."""
-    from adaspec.evaluation.run import check_artefacts
+    from adaspec.evaluation.run import EvalSettings, check_artefacts
 
     ref = setup("stage=ref", "distill.data=target")
     build_cache(ref)
@@ -178,16 +185,16 @@ def test_a_draft_on_other_data_distils_against_the_shared_reference_and_is_evalu
     build_cache(draft)
     final = run_stage(draft)
     assert final.parent.name == "draft-k0.4-dataset"
-    assert read_meta(final)["upstream"]["ref"] == read_meta(paths.final(paths.ref_dir(ref)))["weights"]
+    assert read_meta(final)["upstream"]["ref"] == read_meta(paths.final(paths.of(ref).ref_dir()))["weights"]
     plain = setup("stage=draft", "k=0.4")
     assert fingerprint(draft, "draft") != fingerprint(setup("stage=draft", "k=0.4", "stage.tag=dataset"), "draft")
     naming_its_own = setup("stage=draft", "k=0.4", "distill.ref_data=dataset")
     assert fingerprint(plain, "draft") == fingerprint(naming_its_own, "draft")
     evaluation = setup("distill.data=target", "eval.draft_ks=[0.4]", "eval.draft_tags=[dataset]",
                        "+eval.tag_data.dataset=dataset")
-    assert check_artefacts(evaluation)[1] == [(0.4, "dataset", final)]
+    assert check_artefacts(EvalSettings.of(evaluation))[1] == [(0.4, "dataset", final)]
     # stage 2 itself trains on distill.data, into its own folder, whatever stage 3 is told to read
-    assert paths.ref_dir(setup("stage=ref", "distill.ref_data=target")) == paths.ref_dir(setup("stage=ref"))
+    assert paths.of(setup("stage=ref", "distill.ref_data=target")).ref_dir() == paths.of(setup("stage=ref")).ref_dir()
 
 
 def test_on_policy_steps_can_mix_with_the_targets_answers(setup):
@@ -198,11 +205,11 @@ def test_on_policy_steps_can_mix_with_the_targets_answers(setup):
     build_cache(ref)
     run_stage(ref)
     draft = setup("stage=draft", "k=0.4", *mixed)
-    assert paths.teacher_cache_dir(draft) == paths.teacher_cache_dir(ref)
-    data, _, _ = build_data(draft, None)
-    saved = read_answers(paths.target_answers_dir(draft))
+    assert paths.of(draft).teacher_cache_dir() == paths.of(ref).teacher_cache_dir()
+    data, _, _ = build_data(StageRun.of(draft), None)
+    saved = read_answers(paths.of(draft).target_answers_dir())
     finished = [saved[i]["answer"] for i in range(N_TRAIN) if saved[i]["stopped"]]
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(draft))))
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(draft).target_dir())))
     trained_on = [tokenizer.decode([t for t in e.labels if t >= 0], skip_special_tokens=True)
                   for e in data.train_set]
     assert [a.strip() for a in trained_on] == [a.strip() for a in finished]
@@ -224,7 +231,7 @@ def fresh_copy_of_the_target(setup, tmp_path, c):
     from adaspec.data import target_answers
 
     fresh = setup("stage=ref", "distill.data=target", f"paths.root={tmp_path / 'fresh'}")
-    final, fresh_final = paths.final(paths.target_dir(c)), paths.final(paths.target_dir(fresh))
+    final, fresh_final = paths.final(paths.of(c).target_dir()), paths.final(paths.of(fresh).target_dir())
     shutil.copytree(final, fresh_final)
     tensors = load_file(fresh_final / "model.safetensors")
     save_file(tensors, fresh_final / "model.safetensors", metadata={"format": "pt", "saved_by": "elsewhere"})
@@ -249,21 +256,21 @@ def test_answer_parts_are_the_run_answers_written_whole_with_their_hash(setup, s
     from adaspec.data.target_answers import committed_answers_dir, target_content_hash, write_answer_parts
 
     c = setup("stage=ref", "distill.data=target", "distill.answer_parts=0-2")
-    written = write_answer_parts(c, "0-2")
-    source = committed_answers_dir(c)
+    written = write_answer_parts(AnswerSpec.of(c), "0-2")
+    source = committed_answers_dir(AnswerSpec.of(c))
     assert written == [part_files(source, p)[0] for p in range(3)]
-    saved = read_answers(paths.target_answers_dir(c))
-    ours = target_content_hash(paths.final(paths.target_dir(c)))
+    saved = read_answers(paths.of(c).target_answers_dir())
+    ours = target_content_hash(paths.final(paths.of(c).target_dir()))
     for part in range(3):
         assert read_part(source, part, ours) == [saved[i] for i in range(4 * part, 4 * part + 4)]
         sidecar = json.loads(part_files(source, part)[1].read_text())
         assert sidecar["first"] == 4 * part and sidecar["count"] == 4 and sidecar["generation"]["greedy"]
     assert read_part(source, 0, "another target") is None
     capsys.readouterr()
-    assert write_answer_parts(c, "1-3") == [part_files(source, 3)[0]]  # 1-2 are finished: kept
+    assert write_answer_parts(AnswerSpec.of(c), "1-3") == [part_files(source, 3)[0]]  # 1-2 are finished: kept
     assert "answer part 1: finished" in capsys.readouterr().out
     with pytest.raises(UserError, match="distill.answer_parts='9-2'"):
-        write_answer_parts(c, "9-2")
+        write_answer_parts(AnswerSpec.of(c), "9-2")
 
 
 def test_a_fresh_run_adopts_the_committed_parts_of_its_target_and_generates_nothing(setup, small_parts, tmp_path, capsys):
@@ -273,27 +280,27 @@ def test_a_fresh_run_adopts_the_committed_parts_of_its_target_and_generates_noth
 
     c = setup("stage=ref", "distill.data=target")
     train = load_task(c.task)["train"]
-    write_answer_parts(c, "0-2")  # problems 0-11: the 8 training ones and the 2 held out
+    write_answer_parts(AnswerSpec.of(c), "0-2")  # problems 0-11: the 8 training ones and the 2 held out
     fresh, tensors = fresh_copy_of_the_target(setup, tmp_path, c)
     capsys.readouterr()
-    ensure_target_answers(fresh, train)
+    ensure_target_answers(AnswerSpec.of(fresh), train)
     out = capsys.readouterr().out
     assert "10 committed answers of this target" in out and "prompts," not in out  # nothing generated
-    assert read_answers(paths.target_answers_dir(fresh)) == {
-        i: r for i, r in read_answers(paths.target_answers_dir(c)).items() if i < N_TRAIN + c.task.n_val}
+    assert read_answers(paths.of(fresh).target_answers_dir()) == {
+        i: r for i, r in read_answers(paths.of(c).target_answers_dir()).items() if i < N_TRAIN + c.task.n_val}
 
     tensors[sorted(tensors)[0]] += 1e-3  # one changed tensor: another target, whose answers these are not
-    fresh_final = paths.final(paths.target_dir(fresh))
+    fresh_final = paths.final(paths.of(fresh).target_dir())
     save_file(tensors, fresh_final / "model.safetensors")
-    assert target_content_hash(fresh_final) != target_content_hash(paths.final(paths.target_dir(c)))
-    shutil.rmtree(paths.target_answers_dir(fresh))
+    assert target_content_hash(fresh_final) != target_content_hash(paths.final(paths.of(c).target_dir()))
+    shutil.rmtree(paths.of(fresh).target_answers_dir())
     other = setup("stage=ref", "distill.data=target", f"paths.root={tmp_path / 'fresh'}", "task.n_train=2",
                   "task.n_val=1")
-    ensure_target_answers(other, load_task(other.task)["train"])
+    ensure_target_answers(AnswerSpec.of(other), load_task(other.task)["train"])
     out = capsys.readouterr().out
     assert "belong to another target" in out and "3 prompts" in out
     with pytest.raises(UserError, match="another target is committed there; it is not overwritten"):
-        write_answer_parts(other, "0")
+        write_answer_parts(AnswerSpec.of(other), "0")
 
 
 def test_a_cut_or_edited_part_is_refused_with_the_command_that_regenerates_it(setup, small_parts, tmp_path):
@@ -301,8 +308,8 @@ def test_a_cut_or_edited_part_is_refused_with_the_command_that_regenerates_it(se
     from adaspec.data.target_answers import committed_answers_dir, write_answer_parts
 
     c = setup("stage=ref", "distill.data=target")
-    write_answer_parts(c, "0-2")
-    lines, sidecar = part_files(committed_answers_dir(c), 1)
+    write_answer_parts(AnswerSpec.of(c), "0-2")
+    lines, sidecar = part_files(committed_answers_dir(AnswerSpec.of(c)), 1)
     whole = lines.read_bytes()
     fresh, _ = fresh_copy_of_the_target(setup, tmp_path, c)
     for damaged in (whole[:-7], whole.replace(b'"stopped": true', b'"stopped": false', 1), b""):
@@ -311,12 +318,12 @@ def test_a_cut_or_edited_part_is_refused_with_the_command_that_regenerates_it(se
         lines.write_bytes(damaged)
         with pytest.raises(UserError, match=r"part-0001.jsonl: the answer part does not match the hash.*"
                                              r"make answer-parts ARGS=\"distill.answer_parts=1\""):
-            ensure_target_answers(fresh, load_task(fresh.task)["train"])
+            ensure_target_answers(AnswerSpec.of(fresh), load_task(fresh.task)["train"])
         assert lines.read_bytes() == damaged  # nothing committed is overwritten
     lines.write_bytes(whole)
     sidecar.write_text(sidecar.read_text()[:20])
     with pytest.raises(UserError, match="part-0001.json: not a part's sidecar"):
-        ensure_target_answers(fresh, load_task(fresh.task)["train"])
+        ensure_target_answers(AnswerSpec.of(fresh), load_task(fresh.task)["train"])
 
 
 def test_an_interrupted_part_is_generated_again_from_the_run_answers(setup, small_parts):
@@ -325,10 +332,10 @@ def test_an_interrupted_part_is_generated_again_from_the_run_answers(setup, smal
     from adaspec.data.target_answers import committed_answers_dir, write_answer_parts
 
     c = setup("stage=ref", "distill.data=target")
-    write_answer_parts(c, "0")
-    lines, sidecar = part_files(committed_answers_dir(c), 0)
+    write_answer_parts(AnswerSpec.of(c), "0")
+    lines, sidecar = part_files(committed_answers_dir(AnswerSpec.of(c)), 0)
     whole = lines.read_bytes()
     sidecar.unlink()
     lines.write_bytes(whole[: len(whole) // 2])
-    assert write_answer_parts(c, "0") == [lines]
+    assert write_answer_parts(AnswerSpec.of(c), "0") == [lines]
     assert lines.read_bytes() == whole and sidecar.is_file()

@@ -31,7 +31,7 @@ def trained(tiny_cfg):
 
 
 def shuffled_batch(cfg):
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(cfg).target_dir())))
     data = TaskDataModule(tokenizer, load_task(cfg.task), batch_size=8, max_length=cfg.task.max_length, n_val=8, seed=3)
     examples = [data.train_set[i] for i in (5, 0, 17, 3)] + [data.val_set[1]]
     return collate(examples, tokenizer.pad_token_id)
@@ -40,12 +40,12 @@ def shuffled_batch(cfg):
 def test_exact_cache_matches_the_live_target(trained):
     cfg = trained("stage=draft", "distill.teacher=cache")
     folder = build_cache(cfg)
-    assert paths.target_dir(cfg) in folder.parents
+    assert paths.of(cfg).target_dir() in folder.parents
     batch = shuffled_batch(cfg)
     mask = answer_mask(batch["labels"])
-    target = freeze(load_model(paths.final(paths.target_dir(cfg))))
-    reference = freeze(load_model(paths.final(paths.ref_dir(cfg))))
-    draft = freeze(load_model(paths.final(paths.draft_init_dir(cfg))))
+    target = freeze(load_model(paths.final(paths.of(cfg).target_dir())))
+    reference = freeze(load_model(paths.final(paths.of(cfg).ref_dir())))
+    draft = freeze(load_model(paths.final(paths.of(cfg).draft_init_dir())))
     live = LiveTeacher(target, "forward_kl", 64)
     cached = CachedTeacher(TeacherCache(folder), "forward_kl", 64)
     deltas = {}
@@ -81,7 +81,7 @@ def test_stages_train_from_the_cache_and_refuse_a_foreign_one(trained):
                 "distill.cache_ref_kl=true", "stage.monitor_every_n_steps=0")
     )
     assert json.loads((final / "metrics.json").read_text())["steps"] == 4
-    ref_kl = paths.ref_dir(trained()) / "teacher_kl" / "topk16" / "ref_kl.f32"
+    ref_kl = paths.of(trained()).ref_dir() / "teacher_kl" / "topk16" / "ref_kl.f32"
     assert ref_kl.is_file() and np.fromfile(ref_kl, dtype=np.float32).max() > 0
 
     with pytest.raises(UserError, match="max_length"):

@@ -58,9 +58,9 @@ def test_compose_config_applies_overrides_over_the_repository_defaults():
     cfg = compose_config("k=0.25", "gamma=3", "model=small", "logger=wandb", "trainer.accelerator=cpu")
     assert (default.k, default.decode.gamma, default.model.name) == (0.4, 5, "tiny")
     assert (cfg.k, cfg.decode.gamma, cfg.model.name, cfg.eval.draft_ks[0]) == (0.25, 3, "small", 0.25)
-    assert wandb_enabled(cfg) and not wandb_enabled(default)
-    assert not wandb_enabled(compose_config("logger=wandb", "logger.wandb.mode=disabled"))
-    assert device_for(cfg) == torch.device("cpu")  # accelerator=cpu, whatever the machine has
+    assert wandb_enabled(cfg.logger) and not wandb_enabled(default.logger)
+    assert not wandb_enabled(compose_config("logger=wandb", "logger.wandb.mode=disabled").logger)
+    assert device_for(cfg.trainer) == torch.device("cpu")  # accelerator=cpu, whatever the machine has
 
 
 def test_tokenize_prompts_gives_one_row_of_ids_per_prompt_without_special_tokens():

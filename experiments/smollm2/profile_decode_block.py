@@ -90,7 +90,7 @@ def main() -> None:
     from adaspec.models.build import load_model
 
     cfg = checked_config(*REAL)
-    target_folder = paths.final(paths.target_dir(cfg))
+    target_folder = paths.final(paths.of(cfg).target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     model = load_model(target_folder).eval()
     target = Served(model, parse_serving(args.serving, "--serving"))

@@ -145,14 +145,16 @@ def timed_method(owner, method: str, label: str, parts: Parts) -> None:
 
 def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
     from adaspec.stages import stage_module
+    from adaspec.stages.stage_run import StageRun
     from adaspec.toolkit import checked_config
     from adaspec.training.pipeline import build_data, resolve_stage_config
 
     overrides = [f"stage={stage}", *(["k=0.4"] if stage == "draft" else []), *DEMO_REAL, *extra]
     torch.set_num_threads(os.cpu_count() or 1)
     cfg, splits = resolve_stage_config(checked_config(*overrides))
-    data, _, _ = build_data(cfg, splits)
-    module = stage_module(cfg).from_config(cfg, data.tokenizer, data)
+    run = StageRun.of(cfg)
+    data, _, _ = build_data(run, splits)
+    module = stage_module(run).build(run, data.tokenizer, data)
     module.on_fit_start()
     data.setup("fit")
     batches = iter(data.train_dataloader())

@@ -115,21 +115,21 @@ def markdown_table(
     return "\n".join(lines)
 
 
-def wandb_enabled(cfg: DictConfig) -> bool:
+def wandb_enabled(logger: DictConfig) -> bool:
     """Whether this command logs to Weights & Biases (`logger=wandb`, mode other than disabled)."""
-    wb = cfg.logger.wandb
+    wb = logger.wandb
     return bool(wb.enabled) and wb.mode != "disabled"
 
 
-def wants_gpu(cfg: DictConfig) -> bool:
-    return str(cfg.trainer.accelerator) in ("gpu", "cuda", "auto")
+def wants_gpu(trainer: DictConfig) -> bool:
+    return str(trainer.accelerator) in ("gpu", "cuda", "auto")
 
 
-def device_for(cfg: DictConfig) -> torch.device:
+def device_for(trainer: DictConfig) -> torch.device:
     """`cuda` when `trainer.accelerator` allows a GPU (gpu, cuda, auto) and one is present, else `cpu`."""
     import torch  # here, not at the top: the entry points import this module before they validate
 
-    return torch.device("cuda" if wants_gpu(cfg) and torch.cuda.is_available() else "cpu")
+    return torch.device("cuda" if wants_gpu(trainer) and torch.cuda.is_available() else "cpu")
 
 
 def tokenize_prompts(tokenizer, texts: Iterable[str], device: torch.device | str | None = None) -> list[torch.Tensor]:

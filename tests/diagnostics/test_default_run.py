@@ -45,7 +45,7 @@ def default_run(tmp_path_factory, one_torch_thread):
 
 
 def artefact_configs(cfg):
-    folders = [paths.ref_dir(cfg)] + [paths.draft_dir(cfg, k) for k in cfg.eval.draft_ks]
+    folders = [paths.of(cfg).ref_dir()] + [paths.of(cfg).draft_dir(k) for k in cfg.eval.draft_ks]
     return [OmegaConf.load(paths.final(f) / "config.yaml") for f in folders]
 
 

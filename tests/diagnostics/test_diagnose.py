@@ -35,6 +35,6 @@ def test_report_flags_a_reference_trained_for_one_step(tiny_cfg):
     assert verdicts["draft k=0.4: measured speed-up over the target alone"]["status"] == "skip"  # not evaluated
     assert verdicts["draft k=1"]["status"] == "skip"
     assert verdicts["stage 3: peak memory"]["status"] == "ok"
-    folder = paths.eval_dir(tiny_cfg()).parent / "diagnose"
+    folder = paths.of(tiny_cfg()).eval_dir().parent / "diagnose"
     assert json.loads((folder / "report.json").read_text())["verdicts"] == report["verdicts"]
     assert "| reference KL to target" in (folder / "report.md").read_text()

@@ -32,7 +32,7 @@ def stopped_run(tmp_path_factory, tiny_upstream_root):
                                   "stage.val_every_n_steps=2", "stage.early_stop_patience=2",
                                   "stage.monitor_every_n_steps=4", "stage.monitor_prompts=2"))
     run_stage(cfg)
-    return paths.draft_dir(cfg)
+    return paths.of(cfg).draft_dir()
 
 
 def test_validations_sit_at_the_steps_they_followed_and_the_final_one_is_left_out(stopped_run):

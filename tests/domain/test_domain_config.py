@@ -29,7 +29,7 @@ def test_the_practice_note_k_for_code_names_its_draft_folder(tmp_path):
     from adaspec.artefacts import paths
 
     cfg = compose_config("task=mbpp", "domain=note_code", "stage=draft", f"paths.root={tmp_path}")
-    assert paths.draft_dir(cfg).name == "draft-k0.33"
+    assert paths.of(cfg).draft_dir().name == "draft-k0.33"
 
 
 @pytest.mark.parametrize("task", ["arith", "gsm8k", "mbpp"])

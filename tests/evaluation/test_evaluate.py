@@ -23,7 +23,7 @@ def test_evaluation_end_to_end(trained, capsys):
     cfg = trained(*FAST, "decode.draft_quant=int8", "logger=wandb")
     run_evaluation(cfg, progress=False)
     printed = capsys.readouterr().out
-    folder = paths.eval_dir(cfg) / "greedy-g5"
+    folder = paths.of(cfg).eval_dir() / "greedy-g5"
     text = (folder / "results.json").read_text()
     assert "NaN" not in text and "Infinity" not in text  # strict JSON
     results = json.loads(text)
@@ -110,7 +110,7 @@ def test_timed_runs_beside_a_busy_process_are_marked_in_the_results(trained, cap
     assert verdict["contended"], verdict
     assert "other processes used" in verdict["why"]
     assert "WARNING: other processes used" in capsys.readouterr().out
-    report = (results_dir(cfg) / "results.md").read_text()
+    report = (results_dir(paths.of(cfg), cfg.decode, cfg.eval.name) / "results.md").read_text()
     assert "**Timings contended**" in report
     # the machine's own speed beside it: the reference kernel's time before and after the runs, reported
     assert set(verdict["kernel_ms"]) == {"before", "after"}
@@ -121,7 +121,7 @@ def test_sampling_with_an_adaptive_policy(trained):
     cfg = trained(*FAST, "eval.draft_ks=[0.4]", "decode=adaptive", "decode.temperature=0.8",
                   "eval.compare_hf_assisted=false", "eval.gammas=[1,3]", "eval.gamma_sweep_prompts=2")
     results = run_evaluation(cfg, progress=False)
-    assert (paths.eval_dir(cfg) / "t0.8-adaptive-g5" / "results.json").is_file()
+    assert (paths.of(cfg).eval_dir() / "t0.8-adaptive-g5" / "results.json").is_file()
     row = results["drafts"]["k0.4"]
     assert row["greedy_mismatches"] is None and row["speedup_vs_hf_assisted"] is None
     assert 0.0 <= row["alpha"] <= 1.0 and row["tau"] >= 1.0

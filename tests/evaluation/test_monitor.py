@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 
+from adaspec.artefacts import paths
 from adaspec.callbacks.acceptance import prompt_ids
 from adaspec.data.encoding import IGNORE, Encoded
 from adaspec.training.stage_specs import stage_dir
 
 
 def monitor_rows(cfg) -> tuple[list[str], list[dict[str, str]]]:
-    with open(stage_dir(cfg) / "logs" / "metrics.csv") as fh:
+    with open(stage_dir(paths.of(cfg)) / "logs" / "metrics.csv") as fh:
         reader = csv.DictReader(fh)
         return list(reader.fieldnames or []), [r for r in reader if r.get("monitor/alpha")]
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from adaspec.artefacts import paths
 from adaspec.errors import UserError
 from adaspec.evaluation.identity import IDENTITY, evaluation_identity, previous_results
 from adaspec.evaluation.run import results_dir, run_evaluation
@@ -36,7 +37,7 @@ def _files(folder) -> dict[str, bytes]:
 
 def test_same_settings_skip_other_settings_refuse_and_overwrite_replaces(trained, capsys):
     cfg = trained(*SMALL)
-    folder = results_dir(cfg)
+    folder = results_dir(paths.of(cfg), cfg.decode, cfg.eval.name)
     assert folder.name == "greedy-g5-rerun"
     eval_step = Step("eval", ())  # the paper runner's evaluation step, on this config
     assert execute(eval_step, cfg) is True  # ran

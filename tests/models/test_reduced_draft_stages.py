@@ -14,6 +14,7 @@ from adaspec.artefacts.store import (
     DRAFT_VOCAB_FILE,
     fingerprint,
     identity_files,
+    provenance,
     read_meta,
     save_artefact,
     verify_weights,
@@ -55,7 +56,7 @@ def vocab(ids=(0, 1, 2, 5, 7, 40, 41), target_size: int = V) -> DraftVocab:
 
 
 def save(folder, model, cfg=None):
-    save_artefact(folder, model=model, tokenizer=chat_tokenizer(), cfg=cfg or compose_config(), stage="ref",
+    save_artefact(folder, model=model, tokenizer=chat_tokenizer(), made_by=provenance(cfg or compose_config(), "ref"),
                   metrics={})
     return folder
 
@@ -110,11 +111,11 @@ def test_the_teacher_over_the_whole_vocabulary_as_support_is_the_plain_teacher()
 
 def test_a_draft_initialisation_made_with_other_settings_is_refused(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"draft_init": "random", "draft_vocab_size": 0}))
-    check_init_settings(compose_config(), tmp_path)
+    check_init_settings(compose_config().model, tmp_path)
     with pytest.raises(UserError, match=r"made with model.draft_vocab_size=0, not 64"):
-        check_init_settings(compose_config("model.draft_vocab_size=64"), tmp_path)
+        check_init_settings(compose_config("model.draft_vocab_size=64").model, tmp_path)
     with pytest.raises(UserError, match=r"made with model.draft_init=random, not target_embedding"):
-        check_init_settings(compose_config("model=smollm2"), tmp_path)
+        check_init_settings(compose_config("model=smollm2").model, tmp_path)
 
 
 @pytest.mark.parametrize(

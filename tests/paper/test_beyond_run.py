@@ -15,9 +15,9 @@ def test_the_beyond_the_paper_plan_trains_every_arm_against_one_reference(tmp_pa
         tmp_path, "smollm2_gsm8k_beyond", "gsm8k", 4, "trainer.log_every_n_steps=1"
     )
     configs = [compose_step(s, extra) for s in steps if s.kind == "train" and "stage=draft" in s.overrides]
-    reference = read_meta(paths.final(paths.ref_dir(configs[0])))["weights"]
+    reference = read_meta(paths.final(paths.of(configs[0]).ref_dir()))["weights"]
     for cfg in configs:
-        final = paths.final(paths.draft_dir(cfg))
+        final = paths.final(paths.of(cfg).draft_dir())
         assert read_meta(final)["upstream"]["ref"] == reference
         assert read_metrics(final)["steps"] == 4
     rows = summary["smollm2_gsm8k_beyond"]["drafts"]

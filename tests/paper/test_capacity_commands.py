@@ -182,7 +182,7 @@ def test_the_capacity_group_finds_each_draft_where_the_capacity_plan_trains_it(t
     for task in CAPACITY:
         for k in (0.4, 1):
             step = Step("train", (*task.args(), "stage=draft", "seed=2", f"k={k}"))
-            trained.append(tmp_path / paths.final(paths.draft_dir(compose_step(step, []))))
+            trained.append(tmp_path / paths.final(paths.of(compose_step(step, [])).draft_dir()))
     for folder in trained:
         finished(folder)
     assert sorted(capacity_drafts(2, (0.4, 1), tmp_path / "outputs").values()) == sorted(trained)

@@ -28,21 +28,21 @@ def test_the_group_name_runs_every_size_and_each_size_trains_its_own_drafts_agai
     assert names == list(GROUPS[CAPACITY]) and len(names) == 4
     steps = paper_plan([TASKS[n] for n in names], [0, 1])
     configs = [compose_step(s, []) for s in steps]
-    assert len({paths.target_dir(c) for c in configs}) == 1
-    assert len({paths.teacher_cache_dir(c) for c in configs if c.stage.name != "target"}) == 1
+    assert len({paths.of(c).target_dir() for c in configs}) == 1
+    assert len({paths.of(c).teacher_cache_dir() for c in configs if c.stage.name != "target"}) == 1
     assert all(c.trainer.precision == "bf16-mixed" and c.distill.selection == "quantile" for c in configs)
 
     refs = {(str(c.model.draft_name), str(c.model.draft_kind), c.seed): c for c in configs if c.stage.name == "ref"}
-    assert len({paths.ref_dir(c) for c in refs.values()}) == 8  # 4 sizes x 2 seeds
+    assert len({paths.of(c).ref_dir() for c in refs.values()}) == 8  # 4 sizes x 2 seeds
     widths = {name: c.model.draft.hidden_size for (name, kind, _), c in refs.items() if kind == "model"}
     assert widths == {"": 128, "h256x6": 256, "h384x8": 384}
     stage0 = [c for c in configs if c.stage.name == "pretrain_draft"]
-    assert len({paths.pretrain_draft_dir(c) for c in stage0}) == 6 and all(c.model.draft_kind == "model" for c in stage0)
+    assert len({paths.of(c).pretrain_draft_dir() for c in stage0}) == 6 and all(c.model.draft_kind == "model" for c in stage0)
     drafts = [c for c in configs if c.stage.name == "draft"]
-    assert len({paths.draft_dir(c) for c in drafts}) == 4 * 2 * 6
+    assert len({paths.of(c).draft_dir() for c in drafts}) == 4 * 2 * 6
     for c in drafts:
         ref = refs[(str(c.model.draft_name), str(c.model.draft_kind), c.seed)]
-        assert paths.ref_dir(c) == paths.ref_dir(ref)
+        assert paths.of(c).ref_dir() == paths.of(ref).ref_dir()
         assert c.model.draft == ref.model.draft and c.distill.divergence == DIVERGENCE[c.stage.tag]
         # equal optimiser steps and sequences in every arm
         assert (c.stage.max_epochs, c.stage.max_steps, c.stage.batch_size) == (3, -1, 16)
@@ -52,8 +52,8 @@ def test_the_group_name_runs_every_size_and_each_size_trains_its_own_drafts_agai
     assert sorted((e.decode.temperature, e.eval.n_prompts, e.eval.name) for e in evaluations) == (
         [(0.0, 40, "capacity")] * 8 + [(1.0, 20, "t1")] * 8)
     for ev in evaluations:
-        evaluated = {paths.draft_dir(ev, k, tag) for tag in ev.eval.draft_tags for k in ev.eval.draft_ks}
-        trained = {paths.draft_dir(c) for c in drafts if c.seed == ev.seed and c.model.draft == ev.model.draft
+        evaluated = {paths.of(ev).draft_dir(k, tag) for tag in ev.eval.draft_tags for k in ev.eval.draft_ks}
+        trained = {paths.of(c).draft_dir() for c in drafts if c.seed == ev.seed and c.model.draft == ev.model.draft
                    and c.model.draft_kind == ev.model.draft_kind}
         assert evaluated == trained
 
@@ -75,7 +75,7 @@ def test_the_fine_tuned_target_group_is_the_same_experiment_on_a_target_fine_tun
         assert (a["stage"]["max_steps"], a["task"]["target_n_train"]) == (0, None)
         assert f["stage"]["max_steps"] > 0 and f["task"]["target_n_train"] == 7473
         assert f["trainer"]["precision"] == "bf16-mixed"
-    assert len({paths.target_dir(c) for _, c in ft}) == 1
+    assert len({paths.of(c).target_dir() for _, c in ft}) == 1
 
 
 @pytest.mark.parametrize("size", ["h256", "head"])
@@ -92,15 +92,15 @@ def test_a_size_of_the_capacity_plan_runs_end_to_end_beside_the_preset_draft(tmp
     summary, _ = collect(tasks, [0], extra, tmp_path / "results", sweeps=False)
 
     configs = [compose_step(s, extra) for s in steps if s.kind == "train" and "stage=draft" in s.overrides]
-    target = read_meta(paths.final(paths.target_dir(configs[0])))["weights"]
+    target = read_meta(paths.final(paths.of(configs[0]).target_dir()))["weights"]
     by_size: dict = {}
     for cfg in configs:
-        final = paths.final(paths.draft_dir(cfg))
+        final = paths.final(paths.of(cfg).draft_dir())
         meta = read_meta(final)
-        assert meta["upstream"]["ref"] == read_meta(paths.final(paths.ref_dir(cfg)))["weights"]
+        assert meta["upstream"]["ref"] == read_meta(paths.final(paths.of(cfg).ref_dir()))["weights"]
         assert read_metrics(final)["steps"] == 2
-        by_size.setdefault(paths.ref_dir(cfg), []).append(final)
-        assert read_meta(paths.final(paths.ref_dir(cfg)))["upstream"]["target"] == target
+        by_size.setdefault(paths.of(cfg).ref_dir(), []).append(final)
+        assert read_meta(paths.final(paths.of(cfg).ref_dir()))["upstream"]["target"] == target
     assert len(by_size) == 2 and all(len(finals) == 6 for finals in by_size.values())
     for t in tasks:
         rows = summary[t.name]["drafts"]

@@ -131,7 +131,7 @@ def test_the_real_target_plan_composes_every_arm_on_the_official_recipe(name):
     for (tag, _k), cfg in drafts.items():
         assert str(cfg.model.name) == "smollm2" and cfg.distill.selection == "quantile" and cfg.stage.lr == 3e-4
         assert cfg.distill.data == "target" and cfg.stage.weight_decay == 0.1
-        assert paths.ref_dir(cfg) == paths.ref_dir(reference)
+        assert paths.of(cfg).ref_dir() == paths.of(reference).ref_dir()
         assert cfg.distill.match_token_budget == (tag == "matched")
         assert cfg.stage.early_stop_patience == (2 if tag == "optimal" else 0)
         assert bool(domain_on(cfg.task.domain)) == (tag == "domain")
@@ -157,6 +157,7 @@ def test_an_extra_arm_without_its_own_distillspec_is_paired_with_arm_a():
 
 
 def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the_greedy_ones(tmp_path):
+    from adaspec.artefacts import paths
     from adaspec.commands.paper import collect
     from adaspec.evaluation.run import results_dir
     from adaspec.paper.runner import compose_step
@@ -172,7 +173,8 @@ def test_the_real_target_run_collects_its_temperature_one_evaluations_beside_the
                    "train_seconds": 90.0 + 10 * seed}
             for name in ("k0.4", "k1", "k0.4-matched", "k1-matched")
         }
-        folder = results_dir(compose_step(step, extra))
+        cfg = compose_step(step, extra)
+        folder = results_dir(paths.of(cfg), cfg.decode, cfg.eval.name)
         folder.mkdir(parents=True)
         (folder / "results.json").write_text(json.dumps({
             "metric": "gsm8k/exact_match", "n_prompts": 10 if sampled else 40, "setting": folder.name,
@@ -201,21 +203,21 @@ def test_the_beyond_the_paper_plan_shares_the_paper_runs_reference_and_evaluates
     configs = [compose_step(step, []) for step in steps]
     paper = [compose_step(step, []) for step in paper_plan([TASKS["smollm2_gsm8k"]], [0])]
     paper_ref = next(c for c in paper if c.stage.name == "ref")
-    trained = {paths.draft_dir(c) for c in configs if c.stage.name == "draft"}
+    trained = {paths.of(c).draft_dir() for c in configs if c.stage.name == "draft"}
     for cfg in (c for c in configs if c.stage.name == "draft"):
-        assert paths.ref_dir(cfg) == paths.ref_dir(paper_ref) and cfg.stage.batch_size == 16
+        assert paths.of(cfg).ref_dir() == paths.of(paper_ref).ref_dir() and cfg.stage.batch_size == 16
         if cfg.distill.data != "target":
             assert cfg.distill.ref_data == "target"
         if paths.fixed_answers(cfg.distill) != "target":  # 60 steps, as on the 314 finished target answers
             assert cfg.stage.max_steps == 60
-    paper_drafts = {paths.draft_dir(c) for c in paper if c.stage.name == "draft" and c.stage.tag == ""}
+    paper_drafts = {paths.of(c).draft_dir() for c in paper if c.stage.name == "draft" and c.stage.tag == ""}
     assert paper_drafts < trained
-    caches = {paths.teacher_cache_dir(c) for s, c in zip(steps, configs, strict=True) if s.kind == "cache"}
+    caches = {paths.of(c).teacher_cache_dir() for s, c in zip(steps, configs, strict=True) if s.kind == "cache"}
     assert {p.name for p in caches} == {"target-answers-n500-topk64", "topk64"}
-    assert {p.parent.parent for p in caches} == {paths.target_dir(paper_ref)}  # the one target's caches
+    assert {p.parent.parent for p in caches} == {paths.of(paper_ref).target_dir()}  # the one target's caches
     evaluation = next(c for s, c in zip(steps, configs, strict=True) if s.kind == "eval")
     ev = evaluation.eval
-    found = {paths.draft_dir(evaluation, k, tag, ev.tag_data.get(tag)) for tag in ev.draft_tags
+    found = {paths.of(evaluation).draft_dir(k, tag, ev.tag_data.get(tag)) for tag in ev.draft_tags
              for k in ev.tag_ks.get(tag, ev.draft_ks)}
     assert found == trained
     versus = [c for c in comparisons(task) if c.second_label == "arm (a)"]

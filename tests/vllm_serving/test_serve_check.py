@@ -41,7 +41,7 @@ def test_vllm_serves_the_exported_head_and_decodes_as_the_target(tiny_head, tmp_
 
     cfg = tiny_head
     figures = tmp_path / "serve-check.json"
-    status = serve_check.main(["--draft", str(paths.final(paths.ref_dir(cfg))), "--prompts", "4", "--gamma", "3",
+    status = serve_check.main(["--draft", str(paths.final(paths.of(cfg).ref_dir())), "--prompts", "4", "--gamma", "3",
                                "--max-new-tokens", "24", "--json", str(figures)])
     checked = json.loads(figures.read_text())
     assert checked["outputs_equal"] == 4  # vLLM's greedy outputs are the target's, prompt by prompt
@@ -57,7 +57,7 @@ def test_bench_real_times_vllm_plain_and_with_the_head_against_the_same_target_o
     cfg = tiny_head
     payload = bench_real.main(["--vllm", "--vllm-gammas", "2", "--prompts", "2", "--max-new-tokens", "12",
                                "--gammas", "2", "--temperatures", "0", "--no-adaptive", "--threads", "1",
-                               "--out", str(tmp_path), "--draft", str(paths.final(paths.ref_dir(cfg))), *TINY,
+                               "--out", str(tmp_path), "--draft", str(paths.final(paths.of(cfg).ref_dir())), *TINY,
                                f"paths.root={cfg.paths.root}", *HEAD])
     vllm = {(r["draft"], r["policy"]): r for r in payload["rows"] if r["draft"].startswith("vllm-")}
     assert set(vllm) == {(f"vllm-{d}", p) for d in ("float32", "bfloat16") for p in ("plain", "eagle3 fixed-2")}

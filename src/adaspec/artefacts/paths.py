@@ -10,11 +10,12 @@
 
 A stage folder holds `final/` (the save_pretrained artefact), `checkpoints/` and `logs/`. So
 `make stage1 stage2 stage3` need no path arguments, and a sweep over k shares one target and one
-reference.
+reference. The config is read once, at the top (`paths.of(cfg)`): what is below takes the `Layout`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -25,41 +26,12 @@ LAST_CHECKPOINT = "last.ckpt"
 REFERENCE_TAG = "ref"
 
 
-def _model_root(cfg: DictConfig) -> Path:
-    return Path(cfg.paths.root) / cfg.task.name / cfg.model.name
-
-
 def _suffix(tag: str) -> str:
     return f"-{tag}" if tag else ""
 
 
-def _kind(cfg: DictConfig) -> str:
-    """The folder suffix of the kind of draft (model.draft_kind; `-eagle3` for an EAGLE-3 head), then
-    `-<model.draft_name>` where set (drafts of other sizes, e.g. `-h256x6`): every kind and size of draft shares
-    the target, its answers and caches, never a draft folder."""
-    # the drafts load torch, which the commands that only find folders never need
-    from adaspec.drafts import trained_kind
-
-    kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
-    return kind + _suffix(cfg.model.get("draft_name") or "")
-
-
-def _own_tag(cfg: DictConfig, stage: str) -> str:
-    """stage.tag names the folder of the stage being trained only; the others are found untagged."""
-    return cfg.stage.tag if cfg.stage.name == stage else ""
-
-
 def format_k(k: float) -> str:
     return f"{float(k):g}"
-
-
-def _data_suffix(cfg: DictConfig, data: str | None = None) -> str:
-    """Drafts trained on the target's own answers (distill.data=target, or `data`) live beside the
-    dataset-trained ones."""
-    distill = cfg.get("distill")
-    if data is None:
-        data = distill.get("data") if distill is not None else None
-    return "-target-answers" if data == "target" else ""
 
 
 def fixed_answers(distill: DictConfig | None) -> str:
@@ -73,45 +45,116 @@ def fixed_answers(distill: DictConfig | None) -> str:
     return "target" if data == "target" else "dataset"
 
 
-def reference_data(cfg: DictConfig) -> str | None:
-    """What the reference was trained on: for stage 2 itself distill.data; for the stages that read it
-    distill.ref_data when set (drafts on other data sharing one reference), else distill.data."""
+def _data_suffix(data: str | None) -> str:
+    """Drafts trained on the target's own answers (distill.data=target) live beside the dataset-trained ones."""
+    return "-target-answers" if data == "target" else ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one run's artefact folders are named after, read from its config once (`of`)."""
+
+    root: Path  # paths.root
+    task: str
+    model: str
+    seed: int
+    target_seed: int
+    kind: str  # the draft kind's folder suffix (`-eagle3` for a head), then `-<model.draft_name>` where set
+    stage: str  # the stage being trained: stage.tag names its folder only, the others are found untagged
+    tag: str
+    k: float
+    data: str | None  # distill.data
+    reference_data: str | None  # what the reference was trained on (`of`)
+    answers_prefix: str  # the caches' over the target's own answers (`of`)
+    cache_name: str  # exact | topk<K>
+    answers_name: str  # <task.prompt_format>-max<distill.answer_max_new_tokens>
+
+    @property
+    def model_root(self) -> Path:
+        return self.root / self.task / self.model
+
+    @property
+    def names(self) -> str:
+        """The overrides that name the run's task and model, for the commands a message suggests."""
+        return f"task={self.task} model={self.model}"
+
+    def _own_tag(self, stage: str) -> str:
+        return self.tag if self.stage == stage else ""
+
+    def for_stage(self, stage: str, tag: str = "") -> Layout:
+        """The layout the `stage` run with `tag` has (its data and reference as this run's)."""
+        return replace(self, stage=stage, tag=tag)
+
+    def target_dir(self) -> Path:
+        return self.model_root / f"seed{self.target_seed}" / f"target{_suffix(self._own_tag('target'))}"
+
+    def draft_init_dir(self) -> Path:
+        return self.model_root / f"seed{self.seed}" / f"draft_init{self.kind}"
+
+    def ref_dir(self) -> Path:
+        tag = _suffix(self._own_tag("ref"))
+        return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{_data_suffix(self.reference_data)}"
+
+    def draft_dir(self, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
+        """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
+        k = self.k if k is None else k
+        tag = self._own_tag("draft") if tag is None else tag
+        data = self.data if data is None else data
+        return self.model_root / f"seed{self.seed}" / f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data)}"
+
+    def pretrain_target_dir(self) -> Path:
+        return self.model_root / f"seed{self.target_seed}" / "pretrain-target"
+
+    def pretrain_draft_dir(self) -> Path:
+        return self.model_root / f"seed{self.seed}" / f"pretrain-draft{self.kind}"
+
+    def teacher_cache_dir(self) -> Path:
+        """The teacher cache belongs to the target it was computed from."""
+        return self.target_dir() / "teacher_cache" / f"{self.answers_prefix}{self.cache_name}"
+
+    def feature_cache_dir(self, layers: list[int]) -> Path:
+        """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same data."""
+        return self.target_dir() / "feature_cache" / f"{self.answers_prefix}layers{'-'.join(str(i) for i in layers)}"
+
+    def target_answers_dir(self) -> Path:
+        """The target's generated answers to the training prompts (distill.data=target) belong to the target."""
+        return self.target_dir() / "answers" / self.answers_name
+
+    def eval_dir(self) -> Path:
+        return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{_data_suffix(self.data)}"
+
+
+def of(cfg: DictConfig) -> Layout:
+    """The run's layout: the one place the artefact folders read the whole config."""
+    # the drafts load torch, which the commands that only find folders never need
+    from adaspec.drafts import trained_kind
+
     distill = cfg.get("distill")
-    if distill is None:
-        return None
-    if cfg.stage.name == "ref":
-        return distill.get("data")
-    return distill.get("ref_data") or distill.get("data")
-
-
-def target_dir(cfg: DictConfig) -> Path:
-    tag = _own_tag(cfg, "target")
-    return _model_root(cfg) / f"seed{cfg.target_seed}" / f"target{_suffix(tag)}"
-
-
-def draft_init_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"draft_init{_kind(cfg)}"
-
-
-def ref_dir(cfg: DictConfig) -> Path:
-    tag = _own_tag(cfg, "ref")
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"ref{_kind(cfg)}{_suffix(tag)}{_data_suffix(cfg, reference_data(cfg))}"
-
-
-def draft_dir(cfg: DictConfig, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
-    """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
-    k = cfg.k if k is None else k
-    tag = _own_tag(cfg, "draft") if tag is None else tag
-    return (_model_root(cfg) / f"seed{cfg.seed}"
-            / f"draft-k{format_k(k)}{_kind(cfg)}{_suffix(tag)}{_data_suffix(cfg, data)}")
-
-
-def pretrain_target_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.target_seed}" / "pretrain-target"
-
-
-def pretrain_draft_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"pretrain-draft{_kind(cfg)}"
+    data = distill.get("data") if distill is not None else None
+    # the reference: for stage 2 itself distill.data; for the stages that read it distill.ref_data when set
+    # (drafts on other data sharing one reference), else distill.data
+    reference_data = data if cfg.stage.name == "ref" or distill is None else distill.get("ref_data") or data
+    # caches over the target's own answers (other tokens than the dataset's) say so, and how many training
+    # problems they cover: demo-real's first 500 and the whole answer set are other data for one target
+    n_train = cfg.task.n_train if cfg.task.n_train is not None else "all"
+    answers_prefix = f"target-answers-n{n_train}-" if fixed_answers(distill) == "target" else ""
+    kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix + _suffix(cfg.model.get("draft_name") or "")
+    return Layout(
+        root=Path(cfg.paths.root),
+        task=str(cfg.task.name),
+        model=str(cfg.model.name),
+        seed=cfg.seed,
+        target_seed=cfg.target_seed,
+        kind=kind,
+        stage=str(cfg.stage.name),
+        tag=cfg.stage.tag or "",
+        k=cfg.k,
+        data=data,
+        reference_data=reference_data,
+        answers_prefix=answers_prefix,
+        cache_name="" if distill is None else "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
+        answers_name="" if distill is None else f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}",
+    )
 
 
 def final(stage_folder: Path) -> Path:
@@ -126,32 +169,3 @@ def run_record(stage_folder: Path) -> Path:
 def last_checkpoint(stage_folder: Path) -> Path:
     """Lightning's latest checkpoint of a stage (a folder under DeepSpeed)."""
     return stage_folder / CHECKPOINTS / LAST_CHECKPOINT
-
-
-def teacher_cache_dir(cfg: DictConfig) -> Path:
-    """The teacher cache belongs to the target it was computed from."""
-    d = cfg.distill
-    name = "exact" if d.cache_mode == "exact" else f"topk{d.cache_topk}"
-    return target_dir(cfg) / "teacher_cache" / f"{_answers_prefix(cfg)}{name}"
-
-
-def feature_cache_dir(cfg: DictConfig, layers: list[int]) -> Path:
-    """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same data."""
-    return target_dir(cfg) / "feature_cache" / f"{_answers_prefix(cfg)}layers{'-'.join(str(i) for i in layers)}"
-
-
-def _answers_prefix(cfg: DictConfig) -> str:
-    """Caches over the target's own answers (other tokens than the dataset's) say so, and how many training
-    problems they cover: demo-real's first 500 and the whole answer set are other data for one target."""
-    if fixed_answers(cfg.distill) != "target":
-        return ""
-    return f"target-answers-n{cfg.task.n_train if cfg.task.n_train is not None else 'all'}-"
-
-
-def target_answers_dir(cfg: DictConfig) -> Path:
-    """The target's generated answers to the training prompts (distill.data=target) belong to the target."""
-    return target_dir(cfg) / "answers" / f"{cfg.task.prompt_format}-max{cfg.distill.answer_max_new_tokens}"
-
-
-def eval_dir(cfg: DictConfig) -> Path:
-    return _model_root(cfg) / f"seed{cfg.seed}" / f"eval{_kind(cfg)}{_data_suffix(cfg)}"

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,21 @@ def fingerprint(cfg: DictConfig, stage: str) -> str:
 
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # adaspec.models.draft_vocab.VOCAB_FILE: a reduced draft's id map
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What an artefact records of the run that made it: the stage, the task, the resolved config and the
+    config's fingerprint for that stage (`provenance`)."""
+
+    stage: str
+    task: str
+    config_yaml: str
+    fingerprint: str
+
+
+def provenance(cfg: DictConfig, stage: str) -> Provenance:
+    return Provenance(stage, str(cfg.task.name), OmegaConf.to_yaml(cfg, resolve=True), fingerprint(cfg, stage))
 
 
 def identity_files(folder: Path) -> list[str]:
@@ -141,8 +157,7 @@ def save_artefact(
     *,
     model,
     tokenizer,
-    cfg: DictConfig,
-    stage: str,
+    made_by: Provenance,
     metrics: dict[str, Any],
     upstream: dict[str, str] | None = None,
     state_dict: dict | None = None,
@@ -158,12 +173,12 @@ def save_artefact(
         if draft is not None:
             draft.save_vocab(folder)
         tokenizer.save_pretrained(folder)
-        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (folder / "config.yaml").write_text(made_by.config_yaml)
         (folder / METRICS).write_text(json.dumps(metrics, indent=2, sort_keys=True))
         meta = {
-            "stage": stage,
-            "task": cfg.task.name,
-            "fingerprint": fingerprint(cfg, stage),
+            "stage": made_by.stage,
+            "task": made_by.task,
+            "fingerprint": made_by.fingerprint,
             "weights": weights_hash(folder),
             "files": file_hashes(folder),
             "upstream": upstream or {},

@@ -21,15 +21,15 @@ no_tokenizer_parallelism()
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: a bad config is answered in a second
     from adaspec.artefacts.rules import require_artefact
-    from adaspec.data.target_answers import ensure_target_answers, write_answer_parts
+    from adaspec.data.target_answers import AnswerSpec, ensure_target_answers, write_answer_parts
     from adaspec.data.tasks import load_task
 
-    require_artefact(paths.target_dir(cfg), "target", "answers", cfg)
+    require_artefact(paths.of(cfg).target_dir(), "target", "answers", paths.of(cfg))
     if cfg.distill.answer_parts is not None:
-        written = write_answer_parts(cfg, str(cfg.distill.answer_parts))
+        written = write_answer_parts(AnswerSpec.of(cfg), str(cfg.distill.answer_parts))
         print(f"[adaspec] answer parts: {len(written)} written")
         return
-    folder = ensure_target_answers(cfg, load_task(cfg.task)["train"])
+    folder = ensure_target_answers(AnswerSpec.of(cfg), load_task(cfg.task)["train"])
     print(f"[adaspec] answers: {folder} is complete")
 
 

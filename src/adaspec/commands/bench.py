@@ -74,9 +74,9 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     k = 0.4
     ensure_trained(base, k)
     cfg = checked_config(*base, "stage=draft", f"k={k}")
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
-    target = load_model(paths.final(paths.target_dir(cfg))).eval()
-    draft = load_draft(paths.final(paths.draft_dir(cfg, k)), target=target).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(cfg).target_dir())))
+    target = load_model(paths.final(paths.of(cfg).target_dir())).eval()
+    draft = load_draft(paths.final(paths.of(cfg).draft_dir(k)), target=target).eval()
     baselines = {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     examples = load_task(cfg.task)["test"][:n_prompts]
     prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples])
@@ -141,12 +141,13 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     from adaspec.data.tasks import load_task
     from adaspec.distill.cache_build import build_cache
     from adaspec.stages import STAGE_MODULES, stage_module
+    from adaspec.stages.stage_run import StageRun
     from adaspec.stages.target import TargetFinetune
 
     base = [f"model={model}", *overrides, "stage=draft", "k=0.4", "stage.monitor_every_n_steps=0"]
     ensure_trained([f"model={model}", *overrides], 0.4)
     cfg_live = checked_config(*base)
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg_live))))
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(cfg_live).target_dir())))
     data = TaskDataModule(tokenizer, load_task(cfg_live.task), batch_size=cfg_live.stage.batch_size,
                           max_length=cfg_live.task.max_length, n_val=cfg_live.task.n_val, seed=0)
     batches = [b for _, b in zip(range(n_steps + 2), data.train_dataloader(), strict=False)]
@@ -165,13 +166,14 @@ def bench_training(model: str, overrides: list[str], n_steps: int) -> dict[str, 
     for name, extra in variants.items():
         started = time.perf_counter()  # for cached_ref_kl this includes the one-off reference-KL pass
         cfg = checked_config(*base, *extra, "overwrite=true")
-        module = stage_module(cfg).from_config(cfg, tokenizer, data)
+        run = StageRun.of(cfg)
+        module = stage_module(run).build(run, tokenizer, data)
         results[f"{name}/setup_s"] = time.perf_counter() - started
         module.student.train()
         results[f"{name}/step_s"] = _step_seconds(module, batches)
         if torch.cuda.is_available():
             results[f"{name}/peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
-    draft = STAGE_MODULES["draft"].from_config(cfg_live, tokenizer, data).student.train()
+    draft = STAGE_MODULES["draft"].build(StageRun.of(cfg_live), tokenizer, data).student.train()
     results["plain_ce/step_s"] = _step_seconds(TargetFinetune(draft, cfg_live.stage), batches)
     for name in variants:
         results[f"{name}/steps_per_s"] = 1 / results[f"{name}/step_s"]

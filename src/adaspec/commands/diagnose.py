@@ -55,30 +55,33 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     from adaspec.evaluation.run import draft_name, results_dir
     from adaspec.models.build import freeze, load_model
 
-    require_artefact(paths.target_dir(cfg), "target", "diagnose", cfg)
-    require_artefact(paths.ref_dir(cfg), "ref", "diagnose", cfg)
-    target_final = paths.final(paths.target_dir(cfg))
+    layout = paths.of(cfg)
+    # what advice about the run is checked against
+    settings = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    require_artefact(layout.target_dir(), "target", "diagnose", layout)
+    require_artefact(layout.ref_dir(), "ref", "diagnose", layout)
+    target_final = paths.final(layout.target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     held_out = encode_all(tokenizer, load_task(cfg.task)["test"][: cfg.task.n_val], cfg.task.max_length)
     target = freeze(load_model(target_final))
 
     verdicts: list[checks.Verdict] = []
-    ref_folder = paths.ref_dir(cfg)
+    ref_folder = layout.ref_dir()
     ref = freeze(load_model(paths.final(ref_folder)))
     ref_kl, _, n_tokens = held_out_kl_and_agreement(target, ref, held_out, tokenizer.pad_token_id)
     verdicts += guarded(
         [checks.reference_kl(ref_kl, n_tokens), *training_verdicts("ref", ref_folder)],
         artefact_config(ref_folder),
     )
-    results = read_json(results_dir(cfg) / "results.json")
+    results = read_json(results_dir(layout, cfg.decode, cfg.eval.name) / "results.json")
     context = max(len(e.input_ids) for e in held_out) + cfg.decode.max_new_tokens
     gamma = int(cfg.decode.gamma)
 
     trained: dict[str, Any] = {}  # draft name -> (k, its stage folder)
     for k in cfg.eval.draft_ks:
-        folder, name = paths.draft_dir(cfg, k), f"draft k={paths.format_k(k)}"
+        folder, name = layout.draft_dir(k), f"draft k={paths.format_k(k)}"
         if (paths.final(folder) / "meta.json").is_file():
-            require_artefact(folder, "draft", "diagnose", cfg, f" k={k}")  # its weights match its hash
+            require_artefact(folder, "draft", "diagnose", layout, f" k={k}")  # its weights match its hash
             trained[name] = (k, folder)
         else:
             verdicts.append(checks.Verdict(name, "skip", "not trained", "", f'make stage3 ARGS="k={k}"'))
@@ -103,7 +106,7 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
                 checks.gamma_choice(name, alpha, c, gamma, context),
                 checks.larger_draft(name, alpha, c, gamma),
             ],
-            cfg,
+            settings,
         )
         per_draft[name] = {"alpha": alpha, "gamma": gamma, "cost_ratio": c.as_dict()}
     latest = max(
@@ -112,8 +115,8 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
     peak = (
         read_metrics(paths.final(latest[1])).get("peak_memory_mb") if latest else None
     )
-    memory_cfg = artefact_config(latest[1]) if latest else cfg
-    verdicts += guarded([checks.memory(peak, machine_memory_mb())], memory_cfg)
+    memory_settings = artefact_config(latest[1]) if latest else settings
+    verdicts += guarded([checks.memory(peak, machine_memory_mb())], memory_settings)
     if results and results.get("drafts"):
         first = next(iter(results["drafts"].values()))
         curve = {key: v for key, v in first.items() if key.startswith("reject_rate_at/")}
@@ -130,9 +133,9 @@ def run_diagnosis(cfg: DictConfig) -> dict[str, Any]:
         "drafts": per_draft,
         "verdicts": [v.as_dict() for v in verdicts],
     }
-    folder = paths.eval_dir(cfg).parent / "diagnose"
+    folder = layout.eval_dir().parent / "diagnose"
     write_report(folder, report)
-    log_to_wandb(cfg, report)
+    log_to_wandb(cfg.logger, layout, report)
     print(markdown(report["verdicts"]))
     if report_curve:
         print("rejection rate by draft position:", {k.split("/")[-1]: round(v, 3) for k, v in curve.items()})
@@ -155,10 +158,10 @@ def training_verdicts(name: str, stage_folder: Path) -> list:
     ]
 
 
-def artefact_config(stage_folder: Path) -> DictConfig:
-    """The config a stage artefact records (what its advice is checked against)."""
+def artefact_config(stage_folder: Path) -> dict[str, Any]:
+    """The config a stage artefact records (what its advice is checked against), resolved."""
     path = paths.final(stage_folder) / "config.yaml"
-    return OmegaConf.load(path) if path.is_file() else OmegaConf.create({})
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True) if path.is_file() else {}
 
 
 def timing_prompts(held_out, n: int) -> list:
@@ -177,10 +180,10 @@ def write_report(folder: Path, report: dict[str, Any]) -> None:
     write_text_atomically(folder / "report.md", markdown(report["verdicts"]) + "\n")
 
 
-def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
-    if not wandb_enabled(cfg):
+def log_to_wandb(logger: DictConfig, layout: paths.Layout, report: dict[str, Any]) -> None:
+    if not wandb_enabled(logger):
         return
-    wb = cfg.logger.wandb
+    wb = logger.wandb
     import wandb  # slow to import, and only needed when W&B is on
 
     run = wandb.init(
@@ -188,8 +191,8 @@ def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
         entity=wb.entity,
         mode=wb.mode,
         job_type="diagnose",
-        dir=str(paths.eval_dir(cfg).parent),
-        name=f"{cfg.task.name}/{cfg.model.name}/seed{cfg.seed}/diagnose",
+        dir=str(layout.eval_dir().parent),
+        name=f"{layout.task}/{layout.model}/seed{layout.seed}/diagnose",
     )
     columns = ["check", "status", "value", "threshold", "action"]
     run.log(
@@ -202,9 +205,7 @@ def log_to_wandb(cfg: DictConfig, report: dict[str, Any]) -> None:
     run.finish()
 
 
-@hydra_entry
-def main(cfg: DictConfig) -> None:
-    run_diagnosis(cfg)
+main = hydra_entry(run_diagnosis)  # `python -m adaspec.commands.diagnose`
 
 
 if __name__ == "__main__":

@@ -57,16 +57,16 @@ def train_stages(root: Path, steps: int, extra: list[str], stages=("target", "re
     return cfg, results
 
 
-def first_test_prompts(cfg, n_prompts: int, device: str):
-    """The tokenizer and the first `n_prompts` test prompts of `cfg`'s target, on `device`."""
+def first_test_prompts(layout, task, n_prompts: int, device: str):
+    """The tokenizer of `layout`'s target and the first `n_prompts` test prompts of `task`, on `device`."""
     # torch and the models load only when there is something to check
     from transformers import AutoTokenizer
 
     from adaspec.artefacts import paths
     from adaspec.data.tasks import load_task
 
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.target_dir(cfg))))
-    texts = [e.prompt for e in load_task(cfg.task)["test"][:n_prompts]]
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(layout.target_dir())))
+    texts = [e.prompt for e in load_task(task)["test"][:n_prompts]]
     return tokenizer, tokenize_prompts(tokenizer, texts, device)
 
 
@@ -88,7 +88,8 @@ def tokens_per_s(generate, prompts, device: str) -> tuple[float, list[list[int]]
     return sum(map(len, outputs)) / (time.perf_counter() - started), outputs
 
 
-def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda") -> dict[str, float | str]:
+def decode_speed(layout, task, gamma: int, n_prompts: int, max_new_tokens: int, device: str = "cuda"
+                 ) -> dict[str, float | str]:
     """Tokens/s of target-only and speculative decoding of the tiny pipeline on the first test prompts (greedy)."""
     # torch and the models load only when there is something to check
     import torch
@@ -100,8 +101,8 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
     from adaspec.models.attention import resolve_attn_implementation
     from adaspec.models.build import load_model
 
-    target_path, draft_path = paths.final(paths.target_dir(cfg)), paths.final(paths.draft_dir(cfg))
-    tokenizer, prompts = first_test_prompts(cfg, n_prompts, device)
+    target_path, draft_path = paths.final(layout.target_dir()), paths.final(layout.draft_dir())
+    tokenizer, prompts = first_test_prompts(layout, task, n_prompts, device)
     target = load_model(target_path, "auto", dtype=torch.bfloat16).to(device).eval()
     draft = load_draft(draft_path, "auto", dtype=torch.bfloat16).to(device).eval()
     draft_kind = "bf16"
@@ -111,7 +112,7 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
     target_tps, _ = tokens_per_s(lambda ids: target_generate(target, ids, max_new_tokens=max_new_tokens,
                                                              eos_token_id=eos), prompts, device)
     spec_tps, _ = tokens_per_s(lambda ids: speculative_generate(
-        target, draft, ids, gamma_policy=FixedGamma(cfg.decode.gamma), max_new_tokens=max_new_tokens, eos_token_id=eos
+        target, draft, ids, gamma_policy=FixedGamma(gamma), max_new_tokens=max_new_tokens, eos_token_id=eos
     ), prompts, device)
     return {
         "attn_implementation": resolve_attn_implementation("auto", half_precision=True) if device == "cuda" else "sdpa",
@@ -121,9 +122,9 @@ def decode_speed(cfg, n_prompts: int, max_new_tokens: int, device: str = "cuda")
     }
 
 
-def head_speed(cfg, n_prompts: int, max_new_tokens: int, tree: str, device: str, compile_steps: bool = True
-               ) -> dict[str, dict]:
-    """The head trained on `cfg`'s target: greedy bfloat16 rows {name: {tokens_per_s, speedup, mismatches}}."""
+def head_speed(layout, task, gamma: int, n_prompts: int, max_new_tokens: int, tree: str, device: str,
+               compile_steps: bool = True) -> dict[str, dict]:
+    """The head trained on `layout`'s target: greedy bfloat16 rows {name: {tokens_per_s, speedup, mismatches}}."""
     # torch and the models load only when there is something to check
     import torch
 
@@ -134,12 +135,12 @@ def head_speed(cfg, n_prompts: int, max_new_tokens: int, tree: str, device: str,
     from adaspec.drafts import load_draft
     from adaspec.models.build import load_model
 
-    tokenizer, prompts = first_test_prompts(cfg, n_prompts, device)
-    eos, gamma, shape = tokenizer.eos_token_id, int(cfg.decode.gamma), TreeShape.parse(tree)
-    model = load_model(paths.final(paths.target_dir(cfg)), "auto", dtype=torch.bfloat16).to(device).eval()
+    tokenizer, prompts = first_test_prompts(layout, task, n_prompts, device)
+    eos, shape = tokenizer.eos_token_id, TreeShape.parse(tree)
+    model = load_model(paths.final(layout.target_dir()), "auto", dtype=torch.bfloat16).to(device).eval()
     eager = Served(copy.deepcopy(model), Serving("bfloat16"))
     compiled = Served(model, Serving("bfloat16", "static", compile_steps))
-    head = load_draft(paths.final(paths.ref_dir(cfg)), target=model, dtype=torch.bfloat16).to(device).eval()
+    head = load_draft(paths.final(layout.ref_dir()), target=model, dtype=torch.bfloat16).to(device).eval()
     if compile_steps:
         head.compile_steps()
         compiled.warm_up([1, gamma + 1])
@@ -187,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     # torch and the models load only when there is something to check
     import torch
 
+    from adaspec.artefacts import paths
     from adaspec.decoding.quant import can_load_8bit
     from adaspec.errors import UserError
     from adaspec.machine import cpu_name, describe_machine
@@ -202,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         root = args.outputs or Path(tmp) / "outputs"
         try:
             cfg, results = train_stages(root, args.steps, [*trainer, *args.overrides])
-            speed = decode_speed(cfg, args.prompts, args.max_new_tokens, args.device)
+            speed = decode_speed(paths.of(cfg), cfg.task, int(cfg.decode.gamma), args.prompts, args.max_new_tokens,
+                                 args.device)
             head_cfg, head_results = train_stages(root, args.steps, [*trainer, *HEAD, *args.overrides,
                                                                      *args.head_overrides], ("target", "ref"))
-            heads = head_speed(head_cfg, args.prompts, args.max_new_tokens, args.tree, args.device, compile_steps)
+            heads = head_speed(paths.of(head_cfg), head_cfg.task, int(head_cfg.decode.gamma), args.prompts,
+                               args.max_new_tokens, args.tree, args.device, compile_steps)
         except UserError as err:
             print(f"gpu-check: error: {err}", file=sys.stderr)
             return 2

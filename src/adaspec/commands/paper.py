@@ -119,10 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def _results_of(step, extra: list[str]) -> Path:
     # imported after the arguments are parsed, so --help and argument errors answer at once
+    from adaspec.artefacts import paths
     from adaspec.evaluation.run import results_dir
     from adaspec.paper.runner import compose_step
 
-    return results_dir(compose_step(step, extra)) / "results.json"
+    cfg = compose_step(step, extra)
+    return results_dir(paths.of(cfg), cfg.decode, cfg.eval.name) / "results.json"
 
 
 def _collected(step, extra: list[str], destination: Path) -> dict[str, Any] | None:
@@ -306,7 +308,7 @@ def _collect_and_log(tasks: list[TaskPlan], args: argparse.Namespace) -> None:
     summary, images = collect(tasks, args.seeds, args.overrides, args.results, args.sweeps, args.reuse)
     # the run's logger and paths.root, as every step composes them
     run_cfg = compose_step(Step("eval", tasks[0].args()), args.overrides)
-    log_paper(run_cfg, summary, images)
+    log_paper(run_cfg.logger, Path(run_cfg.paths.root), summary, images)
     times = wall_times(Path(run_cfg.paths.root), args.results, list(TASKS.values()))
     print(f"[paper] wall time of the steps that ran, per task (s): {times}")
 

@@ -43,12 +43,10 @@ def _in_gamma_range(gamma: int) -> bool:
     return GAMMA_RANGE[0] <= gamma <= GAMMA_RANGE[1]
 
 
-def _validate_k_and_gamma(cfg: DictConfig) -> None:
-    _check(0.0 < cfg.k <= 1.0, "k", cfg.k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
+def _validate_k_and_gamma(k: float, gamma: Any) -> None:
+    _check(0.0 < k <= 1.0, "k", k, "must be in (0, 1], e.g. k=0.4 (AdaSPEC) or k=1.0 (DistillSpec)")
     low, high = GAMMA_RANGE
-    _check(
-        _in_gamma_range(cfg.gamma), "gamma", cfg.gamma, f"must be an integer in {low}..{high}, e.g. gamma=5"
-    )
+    _check(_in_gamma_range(gamma), "gamma", gamma, f"must be an integer in {low}..{high}, e.g. gamma=5")
 
 
 def _validate_task(task: DictConfig) -> None:
@@ -160,24 +158,23 @@ def _validate_distill(distill: DictConfig) -> None:
     _check(temperature > 0, "distill.soft_temperature", temperature, "must be > 0, e.g. 0.05")
 
 
-def _validate_draft_build(cfg: DictConfig) -> None:
+def _validate_draft_build(model: DictConfig, pretrain: DictConfig, task: DictConfig, distill: DictConfig) -> None:
     """model.draft_init and model.draft_vocab_size against the other groups."""
-    model = cfg.model
     _check(
         model.draft_init == DraftInit.random
-        or cfg.pretrain.corpus == Corpus.none
-        or cfg.pretrain.objective == PretrainObjective.kd,  # a distilling stage 0 starts from model.draft_init
+        or pretrain.corpus == Corpus.none
+        or pretrain.objective == PretrainObjective.kd,  # a distilling stage 0 starts from model.draft_init
         "model.draft_init",
         model.draft_init,
         "with stage 0 (pretrain=stdlib) the draft starts from its pre-trained weights: use model.draft_init=random",
     )
     _check(
-        model.draft_vocab_size == 0 or not cfg.task.domain.operator_embedding,
+        model.draft_vocab_size == 0 or not task.domain.operator_embedding,
         "task.domain.operator_embedding",
         True,
         "needs the full draft vocabulary: set task.domain.operator_embedding=false or model.draft_vocab_size=0",
     )
-    passes = cfg.distill.ttt_passes
+    passes = distill.ttt_passes
     _check(passes >= 1, "distill.ttt_passes", passes, "must be >= 1 (1: no training-time test)")
     _check(passes == 1 or model.draft_kind == DraftKind.eagle3, "distill.ttt_passes", passes,
            "the training-time test is for EAGLE-3 heads: set model.draft_kind=eagle3 or distill.ttt_passes=1")
@@ -185,18 +182,17 @@ def _validate_draft_build(cfg: DictConfig) -> None:
            "model.head_output_init", model.head_output_init,
            "starts an EAGLE-3 head's output layer: set model.draft_kind=eagle3 or model.head_output_init=random")
     if model.draft_kind == DraftKind.eagle3:
-        _check(cfg.pretrain.corpus == Corpus.none, "pretrain", cfg.pretrain.corpus,
+        _check(pretrain.corpus == Corpus.none, "pretrain", pretrain.corpus,
                "stage 0 trains an independent draft; an EAGLE-3 head starts from the target: use pretrain=none")
         _check(not model.draft_path, "model.draft_path", model.draft_path,
                "an EAGLE-3 head is built from the target: set model.draft_path=null")
-        _check(str(cfg.distill.data) in ("dataset", "target"), "distill.data", cfg.distill.data,
+        _check(str(distill.data) in ("dataset", "target"), "distill.data", distill.data,
                "an EAGLE-3 head does not sample continuations on its own: use distill.data=dataset or target")
-        _check(not cfg.task.domain.operator_embedding, "task.domain.operator_embedding", True,
+        _check(not task.domain.operator_embedding, "task.domain.operator_embedding", True,
                "an EAGLE-3 head keeps the target's embedding: set task.domain.operator_embedding=false")
 
 
-def _validate_pretrain(cfg: DictConfig) -> None:
-    p, stage = cfg.pretrain, cfg.stage.name
+def _validate_pretrain(p: DictConfig, stage: str, model: DictConfig) -> None:
     if stage in PRETRAIN_STAGES:
         _check(
             p.corpus != Corpus.none,
@@ -206,7 +202,7 @@ def _validate_pretrain(cfg: DictConfig) -> None:
         )
     if p.corpus == Corpus.none:
         return
-    scratch = cfg.model.source == ModelSource.scratch
+    scratch = model.source == ModelSource.scratch
     _check(
         scratch == (p.objective == PretrainObjective.lm),
         "pretrain.objective",
@@ -318,12 +314,12 @@ def validate(cfg: DictConfig) -> DictConfig:
     Raises UserError naming the first bad key; returns `cfg`. Runs once per command, before anything is
     loaded or written (see adaspec.cli)."""
     _validate_task(cfg.task)
-    _validate_k_and_gamma(cfg)
+    _validate_k_and_gamma(cfg.k, cfg.gamma)
     _validate_stage(cfg.stage)
     _validate_distill(cfg.distill)
-    _validate_pretrain(cfg)
+    _validate_pretrain(cfg.pretrain, cfg.stage.name, cfg.model)
     _validate_model(cfg.model)
-    _validate_draft_build(cfg)
+    _validate_draft_build(cfg.model, cfg.pretrain, cfg.task, cfg.distill)
     _validate_trainer(cfg.trainer)
     _validate_decode(cfg.decode)
     _validate_eval(cfg.eval)

@@ -80,11 +80,11 @@ def corpus_identity(blocks: list[str]) -> dict[str, str | int]:
     }
 
 
-def corpus_blocks(cfg: DictConfig) -> list[str]:
-    """The corpus' blocks, then the first pretrain.task_prompts prompts of the task's training split."""
-    p = cfg.pretrain
+def corpus_blocks(p: DictConfig, task: DictConfig) -> list[str]:
+    """The corpus' blocks (the `pretrain` group `p`), then the first pretrain.task_prompts prompts of the task's
+    training split."""
     blocks = stdlib_blocks(p.max_chars, p.block_chars, seed=p.seed)
-    return blocks + [e.prompt for e in first_training_examples(cfg.task, p.task_prompts)] if p.task_prompts else blocks
+    return blocks + [e.prompt for e in first_training_examples(task, p.task_prompts)] if p.task_prompts else blocks
 
 
 def corpus_splits(blocks: list[str], n_val: int) -> tuple[dict[str, list[Example]], dict[str, Any]]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import replace
-
-from omegaconf import DictConfig, OmegaConf
+from typing import Any
 
 from adaspec.diagnostics.checks import Verdict
 
@@ -27,9 +27,19 @@ def settings_named(text: str) -> list[tuple[str, str]]:
     return SETTING.findall(COMMAND_ARGS.sub("", text))
 
 
-def in_force(cfg: DictConfig, key: str, value: str) -> bool:
-    current = OmegaConf.select(cfg, key, default=_ABSENT)
-    if current is _ABSENT or isinstance(current, DictConfig):
+def setting(settings: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted `key` in the nested `settings`; _ABSENT where there is none."""
+    current: Any = settings
+    for part in key.split("."):
+        if not isinstance(current, Mapping) or part not in current:
+            return _ABSENT
+        current = current[part]
+    return current
+
+
+def in_force(settings: Mapping[str, Any], key: str, value: str) -> bool:
+    current = setting(settings, key)
+    if current is _ABSENT or isinstance(current, Mapping):
         return False
     try:
         return math.isclose(float(current), float(value), rel_tol=1e-9)
@@ -37,10 +47,10 @@ def in_force(cfg: DictConfig, key: str, value: str) -> bool:
         return str(current).lower() == value.lower()
 
 
-def without_settings_in_force(verdict: Verdict, cfg: DictConfig) -> Verdict:
+def without_settings_in_force(verdict: Verdict, settings: Mapping[str, Any]) -> Verdict:
     kept, already = [], []
     for clause in filter(None, verdict.action.split("; ")):
-        set_here = [(k, v) for k, v in settings_named(clause) if in_force(cfg, k, v)]
+        set_here = [(k, v) for k, v in settings_named(clause) if in_force(settings, k, v)]
         if set_here:
             already += [f"{k} is already {v}" for k, v in set_here]
         else:
@@ -50,6 +60,7 @@ def without_settings_in_force(verdict: Verdict, cfg: DictConfig) -> Verdict:
     return replace(verdict, action=" ".join(filter(None, ["; ".join(kept), f"({', '.join(already)})"])))
 
 
-def guarded(verdicts: list[Verdict], cfg: DictConfig) -> list[Verdict]:
-    """`verdicts` about the config `cfg` (a stage artefact's config.yaml, or the run's config), guarded."""
-    return [without_settings_in_force(v, cfg) for v in verdicts]
+def guarded(verdicts: list[Verdict], settings: Mapping[str, Any]) -> list[Verdict]:
+    """`verdicts` about `settings` (a stage artefact's recorded config, or the run's, as a resolved nested
+    mapping), guarded."""
+    return [without_settings_in_force(v, settings) for v in verdicts]

@@ -13,7 +13,7 @@ from adaspec.artefacts import paths
 from adaspec.artefacts.rules import cache_identity, require_artefact
 from adaspec.artefacts.store import write_atomically
 from adaspec.data.datamodule import TaskDataModule
-from adaspec.data.target_answers import ensure_target_answers, training_splits
+from adaspec.data.target_answers import AnswerSpec, ensure_target_answers, training_splits
 from adaspec.data.tasks import load_task
 from adaspec.distill.feature_cache import FeatureSink, feature_cache_bytes, feature_identity
 from adaspec.distill.teacher_cache import (
@@ -33,18 +33,18 @@ from adaspec.toolkit import device_for
 def build_cache(cfg: DictConfig) -> Path:
     """The teacher cache of `cfg`'s target, built or found up to date; `cfg` is validated where it was
     composed (the entry point, the paper runner)."""
-    require_artefact(paths.target_dir(cfg), "target", "cache", cfg)
-    target_final = paths.final(paths.target_dir(cfg))
-    folder = paths.teacher_cache_dir(cfg)
+    require_artefact(paths.of(cfg).target_dir(), "target", "cache", paths.of(cfg))
+    target_final = paths.final(paths.of(cfg).target_dir())
+    folder = paths.of(cfg).teacher_cache_dir()
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     splits, target = load_task(cfg.task), None
     if paths.fixed_answers(cfg.distill) == "target":  # the cache covers the target's answers: generate them first
-        target = freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg))
-        ensure_target_answers(cfg, splits["train"], target, tokenizer)
+        target = freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg.trainer))
+        ensure_target_answers(AnswerSpec.of(cfg), splits["train"], target, tokenizer)
     data = TaskDataModule(
         tokenizer,
-        training_splits(cfg, splits),
+        training_splits(AnswerSpec.of(cfg), splits),
         batch_size=cfg.stage.batch_size,
         max_length=cfg.task.max_length,
         n_val=cfg.task.n_val,
@@ -52,7 +52,7 @@ def build_cache(cfg: DictConfig) -> Path:
         prompt_format=cfg.task.prompt_format,
     )
     encoded = data.train_set + data.val_set  # the training split and the validation examples
-    identity = cache_identity(cfg, encoded)
+    identity = cache_identity(paths.of(cfg), cfg.task, encoded)
     if folder.exists() and not cfg.overwrite:
         try:
             TeacherCache(folder).check_identity(identity)
@@ -64,7 +64,7 @@ def build_cache(cfg: DictConfig) -> Path:
     if larger is not None:
         print(f"[adaspec] cache: {spec.name} cut from {larger.folder} (no target pass) -> {folder}")
         return derive_topk(larger, folder, spec.topk, identity)
-    target = target or freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg))
+    target = target or freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg.trainer))
     rows = int(answer_counts(encoded).sum())
     size = cache_bytes(rows, target.config.vocab_size, spec)
     print(
@@ -72,8 +72,8 @@ def build_cache(cfg: DictConfig) -> Path:
     )
     write = partial(write_teacher_cache, target, encoded, folder, spec, identity, batch_size=cfg.stage.batch_size,
                     pad_id=tokenizer.pad_token_id)
-    layers = head_feature_layers(cfg, target)
-    features = paths.feature_cache_dir(cfg, layers) if layers else None
+    layers = head_feature_layers(cfg.distill, cfg.model, target)
+    features = paths.of(cfg).feature_cache_dir(layers) if layers else None
     if features is None or features.exists():
         return write()
     print(f"[adaspec] feature cache: layers {layers} from the same forward, "
@@ -88,12 +88,12 @@ def build_cache(cfg: DictConfig) -> Path:
     return folder
 
 
-def head_feature_layers(cfg: DictConfig, target) -> list[int] | None:
-    """The target layers the draft of this config trains on (an EAGLE-3 head's: `TrainedDraft.feature_layers`), so
-    the teacher cache's forward fills its feature cache too and stage 2 finds it built; None for other drafts."""
-    if cfg.distill.teacher != "cache":
+def head_feature_layers(distill: DictConfig, model: DictConfig, target) -> list[int] | None:
+    """The target layers the draft of `model` trains on (an EAGLE-3 head's: `TrainedDraft.feature_layers`), so the
+    teacher cache's forward fills its feature cache too and stage 2 finds it built; None for other drafts."""
+    if distill.teacher != "cache":
         return None
-    return trained_kind(cfg.model.draft_kind).feature_layers(target.config) or None
+    return trained_kind(model.draft_kind).feature_layers(target.config) or None
 
 
 def larger_topk_cache(folder: Path, spec, identity: dict[str, str]):

@@ -80,13 +80,14 @@ class Eagle3Draft(TrainedDraft):
         return eagle3_layers(target_config.num_hidden_layers)  # the head's own choice (`Eagle3Head.from_target`)
 
     @classmethod
-    def from_target(cls, cfg: DictConfig, target: PreTrainedModel, vocab: DraftVocab | None) -> Eagle3Draft:
+    def from_target(cls, model: DictConfig, seed: int, target: PreTrainedModel, vocab: DraftVocab | None
+                    ) -> Eagle3Draft:
         """A head at the target's width, its embedding the target's (frozen), its output over `vocab` (None: the
         target's vocabulary); model.head_output_init=target starts its final norm and output rows as the target's."""
         size = target.config.vocab_size
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(seed)
         rows = None
-        if cfg.model.head_output_init == "target":
+        if model.head_output_init == "target":
             rows = torch.arange(size) if vocab is None else vocab.draft_to_target
         return cls(Eagle3Head.from_target(target, size if vocab is None else vocab.size, output_rows=rows), vocab)
 

@@ -45,8 +45,10 @@ class TrainedDraft(Draft):
         return []
 
     @classmethod
-    def from_target(cls, cfg: DictConfig, target: PreTrainedModel, vocab: DraftVocab | None) -> TrainedDraft:
-        """The initial draft of a kind that `starts_from_target`, over `vocab` (None: the target's vocabulary)."""
+    def from_target(cls, model: DictConfig, seed: int, target: PreTrainedModel, vocab: DraftVocab | None
+                    ) -> TrainedDraft:
+        """The initial draft of a kind that `starts_from_target` (`model`: the model config, `seed`: the run's),
+        over `vocab` (None: the target's vocabulary)."""
         raise NotImplementedError(f"a {cls.kind} draft starts from model.draft")
 
     def attach_training(self, source: FeatureSource) -> None:

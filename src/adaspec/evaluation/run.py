@@ -1,6 +1,6 @@
 """`python -m adaspec.commands.evaluate`: speculative decoding of the target with each trained draft.
 
-For every k in `eval.draft_ks` (the draft at `paths.draft_dir(cfg, k)`; by default AdaSPEC k=0.4 and
+For every k in `eval.draft_ks` (the draft at `Layout.draft_dir(k)`; by default AdaSPEC k=0.4 and
 the DistillSpec baseline k=1), with `decode.draft_quant=int8` its int8 copy, and every training-free
 draft of the `baseline` group (default: prompt lookup), on the first `eval.n_prompts` test prompts:
 
@@ -10,7 +10,7 @@ draft of the `baseline` group (default: prompt lookup), on the first `eval.n_pro
 2. report every metric of `decoding.aggregate`, the two wall-clock speed-ups, greedy agreement with
    the target and the task's score (`adaspec.evaluation.summary`, `.scoring`);
 3. measure acceptance against gamma (`eval.gammas`; `adaspec.evaluation.replay` when greedy);
-4. write `results.json`, `results.md` and two PNG plots to `paths.eval_dir(cfg)/<setting>[-<eval.name>]` (e.g.
+4. write `results.json`, `results.md` and two PNG plots to `Layout.eval_dir()/<setting>[-<eval.name>]` (e.g.
    `eval/greedy-g5`), log them to W&B when enabled, and print the table.
 
 Missing artefacts are reported before anything is loaded, naming the `make` command that makes them.
@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import platform
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,48 +105,68 @@ def draft_label(k: float, quant: str = "none", tag: str = "") -> str:
     )
 
 
-def results_dir(cfg: DictConfig) -> Path:
+@dataclass(frozen=True)
+class EvalSettings:
+    """What the evaluation's parts read of the run's config: where its artefacts are, its `decode` and `eval`
+    groups, the task, the model config, the seed and the device."""
+
+    layout: paths.Layout
+    decode: DictConfig
+    eval: DictConfig
+    task: DictConfig
+    model: DictConfig
+    seed: int
+    device: torch.device
+
+    @classmethod
+    def of(cls, cfg: DictConfig) -> EvalSettings:
+        return cls(paths.of(cfg), cfg.decode, cfg.eval, cfg.task, cfg.model, cfg.seed, device_for(cfg.trainer))
+
+
+def results_dir(layout: paths.Layout, decode: DictConfig, name: str) -> Path:
     """`<eval_dir>/<setting>[-<eval.name>]`, e.g. eval/greedy-g5."""
-    return paths.eval_dir(cfg) / (setting_name(cfg.decode) + (f"-{cfg.eval.name}" if cfg.eval.name else ""))
+    return layout.eval_dir() / (setting_name(decode) + (f"-{name}" if name else ""))
 
 
-def check_artefacts(cfg: DictConfig) -> tuple[Path, list[tuple[float, str, Path]]]:
+def check_artefacts(run: EvalSettings) -> tuple[Path, list[tuple[float, str, Path]]]:
     """The target's `final/` folder and (k, tag, `final/`) of each draft of eval.draft_ks x eval.draft_tags
     (eval.tag_ks: a tag's own ks) and, with eval.reference, of the reference (1.0, "ref", ...); a UserError
     naming the make command if one is missing."""
-    target_meta = require_artefact(paths.target_dir(cfg), "target", "evaluate", cfg)
+    layout, options = run.layout, run.eval
+    target_meta = require_artefact(layout.target_dir(), "target", "evaluate", layout)
 
     def from_this_target(folder: Path, what: str, retrain: str, meta: dict) -> Path:
         if meta["upstream"].get("target") != target_meta["weights"]:
             raise UserError(
                 f"the {what} {paths.final(folder)} was distilled from another target than "
-                f"{paths.final(paths.target_dir(cfg))}; retrain it with {retrain}"
+                f"{paths.final(layout.target_dir())}; retrain it with {retrain}"
             )
         return paths.final(folder)
 
     drafts: list[tuple[float, str, Path]] = []
-    for tag in cfg.eval.draft_tags:
-        for k in cfg.eval.tag_ks.get(tag, cfg.eval.draft_ks):
-            folder = paths.draft_dir(cfg, k, tag, cfg.eval.tag_data.get(tag))
+    for tag in options.draft_tags:
+        for k in options.tag_ks.get(tag, options.draft_ks):
+            folder = layout.draft_dir(k, tag, options.tag_data.get(tag))
             args = f" k={paths.format_k(k)}" + (f" stage.tag={tag}" if tag else "")
-            meta = require_artefact(folder, "draft", "evaluate", cfg, args)
+            meta = require_artefact(folder, "draft", "evaluate", layout, args)
             retrain = f'`make stage3 ARGS="{args.strip()} overwrite=true"` (and stage2 first if the reference is stale too)'
             drafts.append((float(k), tag, from_this_target(folder, "draft", retrain, meta)))
-    if cfg.eval.reference:
-        folder = paths.ref_dir(cfg)
-        meta = require_artefact(folder, "ref", "evaluate", cfg)
+    if options.reference:
+        folder = layout.ref_dir()
+        meta = require_artefact(folder, "ref", "evaluate", layout)
         drafts.append((1.0, REFERENCE, from_this_target(folder, "reference", "`make stage2` and overwrite=true", meta)))
-    if cfg.decode.draft_quant == DraftQuant.int8 and device_for(cfg).type != "cpu" and not can_load_8bit():
+    if run.decode.draft_quant == DraftQuant.int8 and run.device.type != "cpu" and not can_load_8bit():
         load_draft_8bit(drafts[0][2])  # raises, naming what is missing
-    return paths.final(paths.target_dir(cfg)), drafts
+    return paths.final(layout.target_dir()), drafts
 
 
-def identity_of(cfg: DictConfig, target_path: Path, draft_paths: list[tuple[float, str, Path]]) -> dict[str, Any]:
-    """This evaluation's identity: its settings and the weights hashes of the target and each draft."""
+def identity_of(config: dict, device: torch.device, target_path: Path, draft_paths: list[tuple[float, str, Path]]
+                ) -> dict[str, Any]:
+    """This evaluation's identity: its settings (the resolved `config`) and the weights hashes of the target and
+    each draft."""
     weights = {"target": read_meta(target_path)["weights"]}
     weights.update({draft_name(k, tag=tag): read_meta(path)["weights"] for k, tag, path in draft_paths})
-    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    return evaluation_identity(config, device_for(cfg).type, weights)
+    return evaluation_identity(config, device.type, weights)
 
 
 def versions() -> dict[str, str]:
@@ -163,7 +184,7 @@ def _texts(tokenizer, results: list[GenerationResult]) -> list[str]:
 
 
 def replayer(
-    cfg: DictConfig,
+    max_new_tokens: int,
     target,
     draft: Draft,
     prompts: list[torch.Tensor],
@@ -188,7 +209,7 @@ def replayer(
             blocks[i],
             policy=policy,
             prompt_len=prompts[i].shape[1],
-            max_new_tokens=cfg.decode.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             eos_token_id=eos_token_id,
         )
 
@@ -196,7 +217,7 @@ def replayer(
 
 
 def acceptance_vs_gamma(
-    cfg: DictConfig,
+    run: EvalSettings,
     target,
     draft: Draft,
     prompts: list[torch.Tensor],
@@ -211,7 +232,7 @@ def acceptance_vs_gamma(
     measured prompts where the replay of the configured policy disagrees with the measured blocks, a
     check of the replay: expected 0). Sampling: real runs on the first `eval.gamma_sweep_prompts`.
     """
-    decode, gammas = cfg.decode, [int(g) for g in cfg.eval.gammas]
+    decode, gammas = run.decode, [int(g) for g in run.eval.gammas]
     policy = entry.policy if entry is not None and entry.policy is not None else lambda: build_gamma_policy(decode)
     tree = None if entry is None else entry.tree
     if replayed is not None:
@@ -221,7 +242,7 @@ def acceptance_vs_gamma(
             for g in gammas
         }
         return {"method": "replay", "prompts": len(prompts), "replay_mismatches": check, "by_gamma": by_gamma}
-    subset = prompts[: cfg.eval.gamma_sweep_prompts]
+    subset = prompts[: run.eval.gamma_sweep_prompts]
     by_gamma = {}
     for g in gammas if subset else []:
         runs = [
@@ -233,7 +254,7 @@ def acceptance_vs_gamma(
                 max_new_tokens=decode.max_new_tokens,
                 eos_token_id=eos_token_id,
                 temperature=decode.temperature,
-                generator=torch.Generator(device=ids.device).manual_seed(cfg.seed + i),
+                generator=torch.Generator(device=ids.device).manual_seed(run.seed + i),
                 tree=tree,
             )
             for i, ids in enumerate(subset)
@@ -243,7 +264,7 @@ def acceptance_vs_gamma(
 
 
 def summarise(
-    cfg: DictConfig,
+    run: EvalSettings,
     examples: list[Example],
     tokenizer,
     target,
@@ -257,10 +278,10 @@ def summarise(
     """The results.json content, less the config and versions. `m` timed the first `timed` prompts; the
     target's results cover every prompt (greedy: the others are replayed from them). `costs`: call_costs,
     with which each draft's acceptance against gamma gives its expected speed-up at each gamma."""
-    decode, kind = cfg.decode, cfg.task.kind
+    decode, kind = run.decode, run.task.kind
     metric = task_metric(kind)
     greedy = decode.temperature == 0
-    eos = stop_token_id(tokenizer, str(cfg.task.prompt_format))
+    eos = stop_token_id(tokenizer, str(run.task.prompt_format))
     scores: dict[tuple[str, ...], float] = {}
 
     def score(results: list[GenerationResult]) -> float:
@@ -272,7 +293,8 @@ def summarise(
     rows: dict[str, dict[str, Any]] = {}
     for draft in drafts:
         measured = m.speculative[draft.name]  # the timed prompts
-        replayed = replayer(cfg, target, draft.draft, prompts, m.target, eos, draft.tree) if greedy else None
+        replayed = replayer(decode.max_new_tokens, target, draft.draft, prompts, m.target, eos, draft.tree) \
+            if greedy else None
         make_policy = draft.policy or (lambda: build_gamma_policy(decode))
         spec = measured + [replayed(make_policy(), i) for i in range(len(measured), len(prompts))]  # greedy only
         row = {
@@ -282,7 +304,7 @@ def summarise(
                             fastest_target=target_only_runs(target, m, timed)[fastest_target_only(target, m, timed)]),
         }
         row[metric] = score(spec)
-        row["acceptance_vs_gamma"] = acceptance_vs_gamma(cfg, target, draft.draft, prompts, measured, eos, replayed,
+        row["acceptance_vs_gamma"] = acceptance_vs_gamma(run, target, draft.draft, prompts, measured, eos, replayed,
                                                          draft)
         taus = {g: v["tau"] for g, v in row["acceptance_vs_gamma"]["by_gamma"].items()}
         verify_s = costs["target_verify_s"] if draft.tree is None else \
@@ -294,8 +316,8 @@ def summarise(
         rows[draft.name] = row
     return {
         "setting": setting_name(decode),
-        "task": cfg.task.name,
-        "model": cfg.model.name,
+        "task": run.task.name,
+        "model": run.model.name,
         "metric": metric,
         "n_prompts": len(prompts),
         "timed_prompts": timed,
@@ -307,7 +329,7 @@ def summarise(
             "assistant_confidence_threshold": 0,
             "do_sample": not greedy,
         }
-        if cfg.eval.compare_hf_assisted
+        if run.eval.compare_hf_assisted
         else None,
         "target": {**target_summary(m.target, timed), metric: score(m.target), "parameters": n_params(target.model)},
         "drafts": rows,
@@ -346,23 +368,23 @@ BASELINE_LABELS = {"prompt_lookup": "prompt lookup"}
 
 
 def trained_entries(
-    cfg: DictConfig, draft_paths: list[tuple[float, str, Path]], device: torch.device, target=None
+    run: EvalSettings, draft_paths: list[tuple[float, str, Path]], target=None
 ) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
     """The trained drafts (and their int8 copies with `decode.draft_quant=int8`) as benchmark entries, and
     what results.json records about each. `target`: the model an EAGLE-3 head's replay reads."""
-    attn = cfg.model.attn_implementation
+    attn, decode, device, compare_hf = run.model.attn_implementation, run.decode, run.device, run.eval.compare_hf_assisted
     entries: list[Entry] = []
     info: dict[str, dict[str, Any]] = {}
     for k, tag, path in draft_paths:
         draft = load_draft(path, attn, target=target).to(device).eval()
-        draft.model.to(DTYPES[str(cfg.decode.draft_dtype)])
-        if cfg.decode.draft_compile and not draft.compile_steps():
+        draft.model.to(DTYPES[str(decode.draft_dtype)])
+        if decode.draft_compile and not draft.compile_steps():
             print(f"[adaspec] evaluate: decode.draft_compile: {draft_name(k, tag=tag)} (a {draft.kind} draft) has no "
                   f"compiled steps; it decodes eager")
-        if draft.hf_assisted_kwargs(cfg.decode.gamma) is None and cfg.eval.compare_hf_assisted:
+        if draft.hf_assisted_kwargs(decode.gamma) is None and compare_hf:
             print(f"[adaspec] evaluate: {draft_name(k, tag=tag)} {draft.hf_assisted_refusal()}, not compared")
         variants = [("none", draft)]
-        if cfg.decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
+        if decode.draft_quant == DraftQuant.int8:  # CPU: torch dynamic quantisation; GPU: bitsandbytes
             quantised = draft.int8(device, path, attn)
             if quantised is None:
                 print(f"[adaspec] evaluate: no int8 copy of {draft_name(k, tag=tag)} (a {draft.kind} draft)")
@@ -370,7 +392,7 @@ def trained_entries(
                 variants.append(("int8", quantised))
         for quant, variant in variants:
             name = draft_name(k, quant, tag)
-            entries.append(Entry(name, variant, compare_hf=cfg.eval.compare_hf_assisted and quant == "none"))
+            entries.append(Entry(name, variant, compare_hf=compare_hf and quant == "none"))
             info[name] = {
                 "label": draft_label(k, quant, tag),
                 "k": k,
@@ -402,31 +424,31 @@ def with_trees(entries: list[Entry], info: dict[str, dict[str, Any]], main: dict
     return out, info
 
 
-def chosen_trees(cfg: DictConfig, target: Served, entries: list[Entry], tokenizer, eos: int | None,
+def chosen_trees(run: EvalSettings, target: Served, entries: list[Entry], tokenizer, eos: int | None,
                  progress: bool) -> tuple[dict[str, TreeShape | None], dict[str, Any]]:
     """Each entry's shape under decode.tree (a shape or off: the same for all), and under auto each entry's choice
     with the table it was chosen from (`adaspec.evaluation.tree_choice`; {} otherwise)."""
-    setting = cfg.decode.get("tree", "off")
+    setting = run.decode.get("tree", "off")
     if not is_auto(setting):
         return {e.name: tree_shape(setting) for e in entries}, {}
-    wanted = cfg.eval.tree_calibration_prompts
-    held_out = load_task(cfg.task)["test"][cfg.eval.n_prompts: cfg.eval.n_prompts + wanted]
+    wanted = run.eval.tree_calibration_prompts
+    held_out = load_task(run.task)["test"][run.eval.n_prompts: run.eval.n_prompts + wanted]
     if not held_out:
         raise UserError(f"decode.tree=auto measures on the eval.tree_calibration_prompts={wanted} test prompts after "
-                        f"the first eval.n_prompts={cfg.eval.n_prompts}, and the task has none left: lower "
+                        f"the first eval.n_prompts={run.eval.n_prompts}, and the task has none left: lower "
                         f"eval.n_prompts or give decode.tree a shape")
-    fmt = str(cfg.task.prompt_format)
+    fmt = str(run.task.prompt_format)
     prompts = [torch.tensor([prompt_ids(tokenizer, e.prompt, fmt)], device=target.device) for e in held_out]
-    max_new = cfg.decode.max_new_tokens
+    max_new = run.decode.max_new_tokens
     outputs = [target_generate(target, ids, max_new_tokens=max_new, eos_token_id=eos).tokens for ids in prompts]
-    shapes = [TreeShape.parse(str(name)) for name in cfg.eval.tree_candidates]
+    shapes = [TreeShape.parse(str(name)) for name in run.eval.tree_candidates]
     target_s: dict[tuple, float] = {}  # the target's calls, timed once for every draft
     chosen, tables = {}, {}
     for entry in tqdm(entries, desc="decode.tree=auto", unit="draft", disable=not progress):
         chosen[entry.name], tables[entry.name] = choose_tree(
-            target, entry.draft, prompts, outputs, gamma=int(cfg.decode.gamma), shapes=shapes,
-            max_new_tokens=max_new, eos_token_id=eos, target_s=target_s, temperature=float(cfg.decode.temperature),
-            seed=int(cfg.seed))
+            target, entry.draft, prompts, outputs, gamma=int(run.decode.gamma), shapes=shapes,
+            max_new_tokens=max_new, eos_token_id=eos, target_s=target_s, temperature=float(run.decode.temperature),
+            seed=int(run.seed))
     return chosen, tables
 
 
@@ -434,9 +456,11 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     """Evaluate every draft of `eval.draft_ks`; writes the results folder and returns results.json's content
     (the existing one, untouched, when the folder already holds this evaluation). `cfg` is validated
     where it was composed (the entry point, the paper runner)."""
-    target_path, draft_paths = check_artefacts(cfg)  # before anything is loaded
-    folder = results_dir(cfg)
-    identity = identity_of(cfg, target_path, draft_paths)
+    run = EvalSettings.of(cfg)
+    target_path, draft_paths = check_artefacts(run)  # before anything is loaded
+    folder = results_dir(run.layout, cfg.decode, cfg.eval.name)
+    config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    identity = identity_of(config, run.device, target_path, draft_paths)
     previous = previous_results(folder / RESULTS_JSON, identity, cfg.overwrite)  # refuses other settings
     if previous is not None:
         print(
@@ -447,7 +471,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         if elsewhere:
             print(f"[adaspec] evaluate: NOTE: {folder / RESULTS_JSON} was {elsewhere} (overwrite=true times it here)")
         return previous
-    device = device_for(cfg)
+    device = run.device
     if cfg.eval.num_threads > 0:
         torch.set_num_threads(cfg.eval.num_threads)
     examples = load_task(cfg.task)["test"][: cfg.eval.n_prompts]
@@ -459,7 +483,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     target_only = {other.name: Served(copy.deepcopy(model), other) for other in sorted(others, key=str)}
     target = Served(model, serving)
 
-    drafts, draft_info = trained_entries(cfg, draft_paths, device, target=model)
+    drafts, draft_info = trained_entries(run, draft_paths, target=model)
     for name, spec in cfg.baseline.items():  # training-free drafts: a row each, beside the trained ones
         baseline = build_baseline(spec)
         drafts.append(Entry(name, baseline, compare_hf=cfg.eval.compare_hf_assisted))
@@ -471,7 +495,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     decode = cfg.decode
     timed = len(prompts) if decode.temperature > 0 or cfg.eval.timed_prompts is None else min(cfg.eval.timed_prompts, len(prompts))
     eos = stop_token_id(tokenizer, prompt_format)
-    main, tree_choice = chosen_trees(cfg, target, drafts, tokenizer, eos, progress)
+    main, tree_choice = chosen_trees(run, target, drafts, tokenizer, eos, progress)
     drafts, draft_info = with_trees(drafts, draft_info, main, [TreeShape.parse(str(name)) for name in cfg.eval.trees])
     watch = contention.Watch()  # marks the timings below when another job shared the cores
     measurements = benchmark(
@@ -501,14 +525,14 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
     if busy["contended"]:
         print(f"[adaspec] evaluate: WARNING: {busy['why']}: the wall-clock figures (tokens/s, speed-ups, call "
               f"costs) are not this machine's alone; acceptance is unaffected. Rerun alone with overwrite=true")
-    results = summarise(cfg, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
+    results = summarise(run, examples, tokenizer, target, drafts, prompts, measurements, draft_info, timed, costs)
     results["serving"] = serving_summary(target, target_only, measurements, timed)
     results["contention"] = busy
     results["tree_choice"] = tree_choice  # decode.tree=auto: each draft's candidates and what won
     results["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results["torch_threads"] = torch.get_num_threads()
     results["machine"] = describe_machine()
-    results["config"] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    results["config"] = config
     results["versions"] = versions()
     results[IDENTITY] = identity
 
@@ -517,7 +541,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         "alpha_vs_gamma": plot_alpha_vs_gamma(results, folder / ALPHA_VS_GAMMA_PNG),
     }
     json_path, _ = write_results(folder, results)
-    log_to_wandb(cfg, results, folder, images)
+    log_to_wandb(cfg.logger, run.layout, results, folder, images)
     print(results_markdown(results))
     print(f"[adaspec] evaluate: wrote {json_path}, {folder / 'results.md'} and the plots in {folder}")
     return results

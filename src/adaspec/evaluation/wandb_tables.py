@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from adaspec.artefacts.paths import Layout
 from adaspec.evaluation.curves import alpha_curve, rejection_curve
 from adaspec.evaluation.report import TABLE_COLUMNS
 from adaspec.toolkit import wandb_enabled
@@ -25,19 +26,21 @@ def _line_series(wandb, curves: dict[str, tuple[list[int], list[float]]], title:
     return wandb.plot.line_series(xs=xs, ys=ys, keys=list(curves), title=title, xname=xname)
 
 
-def log_to_wandb(cfg: DictConfig, results: dict[str, Any], folder: Path, images: dict[str, Path]) -> str | None:
-    """One W&B run per evaluation (offline unless `logger.wandb.mode=online`); returns its directory."""
-    if not wandb_enabled(cfg):
+def log_to_wandb(logger: DictConfig, layout: Layout, results: dict[str, Any], folder: Path,
+                 images: dict[str, Path]) -> str | None:
+    """One W&B run per evaluation (offline unless `logger.wandb.mode=online`), named after `layout`'s task, model
+    and seed; returns its directory."""
+    if not wandb_enabled(logger):
         return None
-    wb = cfg.logger.wandb
+    wb = logger.wandb
     import wandb  # slow to import, and only needed when W&B is on
 
     metric = results["metric"]
     run = wandb.init(
         project=wb.project,
         entity=wb.entity,
-        name=f"{cfg.task.name}/{cfg.model.name}/seed{cfg.seed}/eval/{results['setting']}",
-        group=f"{cfg.task.name}/{cfg.model.name}",
+        name=f"{layout.task}/{layout.model}/seed{layout.seed}/eval/{results['setting']}",
+        group=f"{layout.task}/{layout.model}",
         job_type="evaluate",
         dir=str(folder),
         mode=wb.mode,

@@ -29,13 +29,13 @@ def trained_folder(draft: Path | None, overrides: list[str], stage: str = "draft
     if draft is not None:
         return draft
     cfg = checked_config(*overrides, f"stage={stage}", f"k={k}")
-    return paths.final(paths.draft_dir(cfg) if stage == "draft" else paths.ref_dir(cfg))
+    return paths.final(paths.of(cfg).draft_dir() if stage == "draft" else paths.of(cfg).ref_dir())
 
 
 def default_target(draft_folder: Path) -> Path:
     """Where the stages put the target of the draft artefact at `draft_folder`, by the config it was trained
     with (paths relative to where the stages ran: the repository root)."""
-    return paths.final(paths.target_dir(OmegaConf.load(draft_folder / "config.yaml")))
+    return paths.final(paths.of(OmegaConf.load(draft_folder / "config.yaml")).target_dir())
 
 
 def export_draft(draft_folder: Path, out: Path, *, target_folder: Path | None = None, verifier: str | None = None,

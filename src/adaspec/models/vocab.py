@@ -23,7 +23,7 @@ from adaspec.errors import UserError
 from adaspec.models.build import pretrained_tokenizer
 from adaspec.models.draft_vocab import DraftVocab, load_draft_vocab
 from adaspec.models.fetch import resolve_pretrained
-from adaspec.training.stage_specs import STAGES, Data, stage_of
+from adaspec.training.stage_specs import STAGES, Data
 
 SPECIAL = ("pad_token", "eos_token", "bos_token", "unk_token")
 
@@ -109,22 +109,22 @@ def same_map(a: DraftVocab | None, b: DraftVocab | None) -> bool:
     return a.target_size == b.target_size and torch.equal(a.draft_to_target, b.draft_to_target)
 
 
-def check_stage_vocabularies(cfg) -> None:
-    """Before a stage loads any model: a pretrained pair must share a vocabulary (checked while its draft
-    initialisation is still to be made), the artefacts a stage trains from must share one tokenizer, and a
-    reduced draft's id map must map into the target's vocabulary."""
+def check_stage_vocabularies(layout: paths.Layout, model, models_dir: str, pretrain) -> None:
+    """Before `layout`'s stage loads any model: a pretrained pair (`model`, found under `models_dir`) must share
+    a vocabulary (checked while its draft initialisation is still to be made), the artefacts a stage trains
+    from must share one tokenizer, and a reduced draft's id map must map into the target's vocabulary."""
 
-    stage = stage_of(cfg)
-    init = paths.final(paths.draft_init_dir(cfg))
-    pretrained_pair = cfg.model.source == "pretrained" and cfg.model.draft_path
+    stage = STAGES[layout.stage]
+    init = paths.final(layout.draft_init_dir())
+    pretrained_pair = model.source == "pretrained" and model.draft_path
     if pretrained_pair and (stage.name == "target" or not (init / "meta.json").is_file()):
         check_pretrained_vocabularies(
-            str(resolve_pretrained(cfg.model.target_path, cfg.paths.models)),
-            str(resolve_pretrained(cfg.model.draft_path, cfg.paths.models)),
+            str(resolve_pretrained(model.target_path, models_dir)),
+            str(resolve_pretrained(model.draft_path, models_dir)),
         )
     if stage.data != Data.training:  # stages 0 and 1 train from no draft
         return
-    folders = {name: paths.final(STAGES[name].folder(cfg)) for name in (*stage.needs(cfg), "draft_init")}
+    folders = {name: paths.final(STAGES[name].folder(layout)) for name in (*stage.needs(pretrain), "draft_init")}
     if not (init / "meta.json").is_file():  # stage 2 makes it after this check
         folders.pop("draft_init")
     check_artefact_vocabularies(folders, stage.name)

@@ -29,11 +29,9 @@ def compose_step(step: Step, extra: list[str]) -> DictConfig:
     return checked_config(*step.overrides, *extra)
 
 
-def _interrupted(cfg: DictConfig) -> bool:
-    folder = stage_dir(cfg)
-    return paths.last_checkpoint(folder).exists() and not (
-        paths.final(folder) / "meta.json"
-    ).is_file()
+def _interrupted(folder: Path) -> bool:
+    """A stage `folder` with a checkpoint and no finished artefact: a run was cut off there."""
+    return paths.last_checkpoint(folder).exists() and not (paths.final(folder) / "meta.json").is_file()
 
 
 def execute(step: Step, cfg: DictConfig) -> bool:
@@ -43,9 +41,10 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     if step.kind in ("train", "pretrain"):
         from adaspec.training.pipeline import run_stage
 
-        if _interrupted(cfg):
+        folder = stage_dir(paths.of(cfg))
+        if _interrupted(folder):
             cfg.resume = True
-        elif (paths.final(stage_dir(cfg)) / "meta.json").is_file():
+        elif (paths.final(folder) / "meta.json").is_file():
             run_stage(cfg)  # checks the fingerprint: skips when up to date, refuses another config
             return False
         run_stage(cfg)
@@ -53,7 +52,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     if step.kind == "cache":
         from adaspec.distill.cache_build import build_cache  # see above
 
-        existed = paths.teacher_cache_dir(cfg).exists()
+        existed = paths.of(cfg).teacher_cache_dir().exists()
         build_cache(cfg)  # checks the cache's identity when it exists
         return not existed
     if step.kind == "eval":
@@ -61,7 +60,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
         from adaspec.evaluation.report import RESULTS_JSON
         from adaspec.evaluation.run import results_dir, run_evaluation
 
-        existed = (results_dir(cfg) / RESULTS_JSON).is_file()
+        existed = (results_dir(paths.of(cfg), cfg.decode, cfg.eval.name) / RESULTS_JSON).is_file()
         run_evaluation(cfg, progress=False)  # skips the same evaluation, refuses another in its folder
         return not existed or bool(cfg.overwrite)
     raise ValueError(f"unknown step kind {step.kind!r}")

@@ -12,20 +12,21 @@ from adaspec.paper.aggregate import METRICS
 from adaspec.toolkit import wandb_enabled
 
 
-def log_paper(cfg: DictConfig, summary: dict[str, Any], images: list[Path]) -> str | None:
-    """Returns the run's directory, or None when W&B is off (logger.wandb.enabled=false)."""
-    if not wandb_enabled(cfg):
+def log_paper(logger: DictConfig, root: Path, summary: dict[str, Any], images: list[Path]) -> str | None:
+    """One W&B run under `root` (paths.root); returns its directory, or None when W&B is off
+    (logger.wandb.enabled=false)."""
+    if not wandb_enabled(logger):
         return None
-    wb = cfg.logger.wandb
+    wb = logger.wandb
     import wandb  # slow to import, and only needed when W&B is on
 
-    Path(cfg.paths.root).mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
     run = wandb.init(
         project=wb.project,
         entity=wb.entity,
         name="paper",
         job_type="paper",
-        dir=str(cfg.paths.root),
+        dir=str(root),
         mode=wb.mode,
         config={"tasks": list(summary)},
     )

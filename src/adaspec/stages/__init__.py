@@ -6,6 +6,7 @@ from adaspec.stages.base import StageModule
 from adaspec.stages.draft import SelectiveDistill
 from adaspec.stages.pretrain import DistilPretrain, Pretrain
 from adaspec.stages.ref import ReferenceDistill
+from adaspec.stages.stage_run import StageRun
 from adaspec.stages.target import TargetFinetune
 
 STAGE_MODULES: dict[str, type[StageModule]] = {
@@ -17,8 +18,8 @@ STAGE_MODULES: dict[str, type[StageModule]] = {
 }
 
 
-def stage_module(cfg) -> type[StageModule]:
-    """The module that trains `cfg`'s stage: STAGE_MODULES', or a distilling stage 0 (pretrain.objective=kd)."""
-    if cfg.stage.name == "pretrain_draft" and cfg.pretrain.objective == "kd":
+def stage_module(run: StageRun) -> type[StageModule]:
+    """The module that trains `run`'s stage: STAGE_MODULES', or a distilling stage 0 (pretrain.objective=kd)."""
+    if run.stage.name == "pretrain_draft" and run.pretrain.objective == "kd":
         return DistilPretrain
-    return STAGE_MODULES[cfg.stage.name]
+    return STAGE_MODULES[run.stage.name]

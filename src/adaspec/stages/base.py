@@ -14,16 +14,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.models.attention import resolve_attn_implementation
 from adaspec.stages.schedule import lr_multiplier
+from adaspec.stages.stage_run import StageRun
 from adaspec.training.trainer import is_half
 
 
-def attn_implementation(cfg: DictConfig) -> str:
+def attn_implementation(run: StageRun) -> str:
     """The attention kernel of every model a stage loads (`auto` resolved for this machine and precision)."""
-    return resolve_attn_implementation(cfg.model.attn_implementation, is_half(cfg.trainer.precision))
+    return resolve_attn_implementation(run.model.attn_implementation, is_half(run.precision))
 
 
 class StageModule(pl.LightningModule):
-    """Base of the stages. Subclasses implement `from_config` (build the stage's models from the config),
+    """Base of the stages. Subclasses implement `build` (the stage's models, from what the run says: `StageRun`),
     `loss(batch) -> (loss, metrics)` and `val_metrics`, and may add `callbacks`.
 
     Only `self.student` is registered as a submodule, so only it is optimised and checkpointed;
@@ -47,9 +48,7 @@ class StageModule(pl.LightningModule):
         self._step_started: float | None = None
 
     @classmethod
-    def from_config(
-        cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule
-    ) -> StageModule:
+    def build(cls, run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule) -> StageModule:
         raise NotImplementedError
 
     @property
@@ -57,7 +56,7 @@ class StageModule(pl.LightningModule):
         """What the stage saves: the student (a draft stage's `TrainedDraft`, with its id map)."""
         return self.student
 
-    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+    def callbacks(self, run: StageRun, data: TaskDataModule) -> list[pl.Callback]:
         """The Lightning callbacks this stage trains with, besides checkpointing."""
         return []
 

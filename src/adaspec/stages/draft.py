@@ -15,7 +15,6 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec.artefacts import paths
 from adaspec.callbacks.selection_stats import SelectionStats
 from adaspec.callbacks.threshold import ThresholdRefresh
 from adaspec.config.schema import Normalize
@@ -28,6 +27,7 @@ from adaspec.drafts import TrainedDraft
 from adaspec.models.operator_embedding import add_operator_embedding, merge_parametrizations
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.ref import ReferenceDistill, distillation_models, on_policy_settings
+from adaspec.stages.stage_run import StageRun
 from adaspec.stages.teachers import cached_ref_kl, frozen_draft
 from adaspec.training.stage_specs import stage_dir
 
@@ -63,46 +63,45 @@ class SelectiveDistill(ReferenceDistill):
         self.selection_state = SelectionState(temperature=distill.soft_temperature)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
-        teacher, target, student = distillation_models(cfg, tokenizer, data)
-        domain = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name)  # loss weights, kept tokens
+    def build(cls, run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        teacher, target, student = distillation_models(run, tokenizer, data)
+        domain = domain_tables(run.task.domain, tokenizer, run.stage.name)  # loss weights, kept tokens
         if domain.operator_types is not None:
             add_operator_embedding(student.model, domain.operator_types)
         source = student.feature_source  # the reference reads the target's hidden states where its student does
-        ref_kl = cached_ref_kl(cfg, teacher, data, tokenizer, source) if cfg.distill.cache_ref_kl else None
-        reference = (
-            None if ref_kl is not None else frozen_draft(paths.ref_dir(cfg), attn_implementation(cfg), source)
-        )
+        ref_kl = cached_ref_kl(run, teacher, data, tokenizer, source) if run.distill.cache_ref_kl else None
+        reference = None if ref_kl is not None else frozen_draft(run.layout.ref_dir(), attn_implementation(run), source)
         return cls(
             student,
-            cfg.stage,
-            cfg.distill,
+            run.stage,
+            run.distill,
             target,
             reference,
-            cfg.k,
+            run.k,
             teacher=teacher,
             ref_kl=ref_kl,
             token_weights=domain.token_weights,
             always_keep=domain.always_keep,
-            on_policy=on_policy_settings(cfg, tokenizer),
+            on_policy=on_policy_settings(run, tokenizer),
         )
 
-    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+    def callbacks(self, run: StageRun, data: TaskDataModule) -> list[pl.Callback]:
         """Threshold refresh (selection=global), selection statistics, then the reference's acceptance
         monitor."""
         callbacks: list[pl.Callback] = []
-        if cfg.distill.selection == "global" and cfg.k < 1:
+        distill = run.distill
+        if distill.selection == "global" and run.k < 1:
             callbacks.append(
                 ThresholdRefresh(
                     data.calibration_dataloader(),
-                    cfg.distill.calibration_batches,
-                    cfg.distill.refresh_every_n_steps,
-                    ema=cfg.distill.threshold_ema,
+                    distill.calibration_batches,
+                    distill.refresh_every_n_steps,
+                    ema=distill.threshold_ema,
                 )
             )
         # most often selected / filtered tokens -> <draft stage folder>/selected_tokens.*
-        callbacks.append(SelectionStats(data.tokenizer, stage_dir(cfg)))
-        return callbacks + super().callbacks(cfg, data)
+        callbacks.append(SelectionStats(data.tokenizer, stage_dir(run.layout)))
+        return callbacks + super().callbacks(run, data)
 
     def token_deltas(self, batch: dict[str, torch.Tensor], teacher=None):
         """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1]); `teacher` (default the

@@ -5,16 +5,15 @@ presets (`pretrain=stdlib`), or distillation of a pretrained target into the dra
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
 from transformers import PreTrainedTokenizerBase
 
-from adaspec.artefacts import paths
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.tokenizer import padded_vocab_size
 from adaspec.models.build import scratch_model
 from adaspec.stages.base import attn_implementation
 from adaspec.stages.draft_init import initial_draft
 from adaspec.stages.ref import ReferenceDistill
+from adaspec.stages.stage_run import StageRun
 from adaspec.stages.target import TargetFinetune
 from adaspec.stages.teachers import frozen_artefact
 
@@ -23,19 +22,17 @@ class Pretrain(TargetFinetune):
     """The loss is stage 1's: the corpus examples have empty prompts, so every token is an answer token."""
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
-        role, seed = (
-            ("target", cfg.target_seed) if cfg.stage.name == "pretrain_target" else ("draft", cfg.seed)
-        )
+    def build(cls, run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        role, seed = ("target", run.target_seed) if run.stage.name == "pretrain_target" else ("draft", run.seed)
         student = scratch_model(
-            cfg.model[role],
+            run.model[role],
             vocab_size=padded_vocab_size(tokenizer),
-            max_positions=cfg.model.max_position_embeddings,
+            max_positions=run.model.max_position_embeddings,
             seed=seed,
             tokenizer=tokenizer,
-            attn_implementation=attn_implementation(cfg),
+            attn_implementation=attn_implementation(run),
         )
-        return cls(student, cfg.stage)
+        return cls(student, run.stage)
 
 
 class DistilPretrain(ReferenceDistill):
@@ -45,10 +42,10 @@ class DistilPretrain(ReferenceDistill):
     acceptance monitor (the corpus has no prompts to decode from)."""
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
-        student, _ = initial_draft(cfg, tokenizer, from_stage0=False)
-        target = frozen_artefact(paths.target_dir(cfg), attn_implementation(cfg))
-        return cls(student, cfg.stage, cfg.distill, target)
+    def build(cls, run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        student, _ = initial_draft(run.init_spec, tokenizer, from_stage0=False)
+        target = frozen_artefact(run.layout.target_dir(), attn_implementation(run))
+        return cls(student, run.stage, run.distill, target)
 
-    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list:
+    def callbacks(self, run: StageRun, data: TaskDataModule) -> list:
         return []

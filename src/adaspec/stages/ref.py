@@ -14,7 +14,6 @@ import torch
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from adaspec.artefacts import paths
 from adaspec.callbacks.acceptance import AcceptanceMonitor, prompt_ids
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.data.datamodule import TaskDataModule
@@ -28,6 +27,7 @@ from adaspec.distill.tokens import answer_mask, answer_targets
 from adaspec.drafts import FeatureSource, TrainedDraft, load_draft
 from adaspec.stages.base import StageModule, attn_implementation
 from adaspec.stages.draft_init import ensure_draft_init
+from adaspec.stages.stage_run import StageRun
 from adaspec.stages.teachers import cached_teacher, feature_cache, for_draft, frozen_artefact
 
 
@@ -59,26 +59,27 @@ class ReferenceDistill(StageModule):
         self.register_buffer("token_weights", token_weights, persistent=False)
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
-        teacher, target, student = distillation_models(cfg, tokenizer, data)
-        weights = domain_tables(cfg.task.domain, tokenizer, cfg.stage.name).token_weights
-        return cls(student, cfg.stage, cfg.distill, target, teacher=teacher, token_weights=weights,
-                   on_policy=on_policy_settings(cfg, tokenizer))
+    def build(cls, run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+        teacher, target, student = distillation_models(run, tokenizer, data)
+        weights = domain_tables(run.task.domain, tokenizer, run.stage.name).token_weights
+        return cls(student, run.stage, run.distill, target, teacher=teacher, token_weights=weights,
+                   on_policy=on_policy_settings(run, tokenizer))
 
-    def callbacks(self, cfg: DictConfig, data: TaskDataModule) -> list[pl.Callback]:
+    def callbacks(self, run: StageRun, data: TaskDataModule) -> list[pl.Callback]:
         """Early stopping on val/kl (stage.early_stop_patience), then the acceptance monitor: real
         speculative decoding against the target every n steps."""
-        stopping = [KeepBestValidation(cfg.stage.early_stop_patience)] if cfg.stage.early_stop_patience else []
-        prompts = prompt_ids(data.val_set, cfg.stage.monitor_prompts)
-        if cfg.stage.monitor_every_n_steps <= 0 or not prompts:
+        stage = run.stage
+        stopping = [KeepBestValidation(stage.early_stop_patience)] if stage.early_stop_patience else []
+        prompts = prompt_ids(data.val_set, stage.monitor_prompts)
+        if stage.monitor_every_n_steps <= 0 or not prompts:
             return stopping
         monitor = AcceptanceMonitor(
             prompts,
-            every_n_steps=cfg.stage.monitor_every_n_steps,
-            gamma=cfg.decode.gamma,
-            eos_token_id=stop_token_id(data.tokenizer, str(cfg.task.prompt_format)),  # a target id
-            target_dtype=str(cfg.decode.target_dtype),
-            tree=monitor_tree(cfg.decode.get("tree", "off")),
+            every_n_steps=stage.monitor_every_n_steps,
+            gamma=run.decode.gamma,
+            eos_token_id=stop_token_id(data.tokenizer, str(run.task.prompt_format)),  # a target id
+            target_dtype=str(run.decode.target_dtype),
+            tree=monitor_tree(run.decode.get("tree", "off")),
         )
         return [*stopping, monitor]
 
@@ -133,35 +134,35 @@ class ReferenceDistill(StageModule):
         return {"kl": kl.mean()}
 
 
-def distillation_models(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
+def distillation_models(run: StageRun, tokenizer: PreTrainedTokenizerBase, data: TaskDataModule):
     """(cached teacher or None, frozen target or None, student) of stages 2 and 3. With a cached teacher the
     target is loaded only for the acceptance monitor, which decodes with it, and for an EAGLE-3 head. The student
     starts from the seed's draft initialisation (a `TrainedDraft` of model.draft_kind, with its id map when its
     vocabulary is reduced; one that reads the target's hidden states reads them from a `FeatureSource`)."""
-    attn = attn_implementation(cfg)
-    teacher = cached_teacher(cfg, data)
-    student = load_draft(ensure_draft_init(cfg, tokenizer), attn)
+    attn = attn_implementation(run)
+    teacher = cached_teacher(run, data)
+    student = load_draft(ensure_draft_init(run.init_spec, tokenizer, run.init_made_by), attn)
     reads_target = bool(student.target_layers)  # it trains on the target's hidden states (an EAGLE-3 head)
-    needs_target = (teacher is None or cfg.stage.monitor_every_n_steps > 0 or on_policy_settings(cfg, tokenizer)
+    needs_target = (teacher is None or run.stage.monitor_every_n_steps > 0 or on_policy_settings(run, tokenizer)
                     or reads_target)
-    target = frozen_artefact(paths.target_dir(cfg), attn) if needs_target else None
+    target = frozen_artefact(run.layout.target_dir(), attn) if needs_target else None
     if reads_target:
         cache = None  # the target's hidden states are cached where the teacher is
         if teacher is not None:
-            cache = feature_cache(cfg, data, target, student.target_layers, tokenizer.pad_token_id)
+            cache = feature_cache(run, data, target, student.target_layers, tokenizer.pad_token_id)
         student.attach_training(FeatureSource(target, cache))
     return teacher, target, student
 
 
-def on_policy_settings(cfg: DictConfig, tokenizer: PreTrainedTokenizerBase) -> dict | None:
+def on_policy_settings(run: StageRun, tokenizer: PreTrainedTokenizerBase) -> dict | None:
     """What ReferenceDistill needs for on-policy steps (distill.data=draft|mixed); None for fixed data."""
-    data = str(cfg.distill.data)
+    data = str(run.distill.data)
     if data not in ("draft", "mixed"):
         return None
     return {
-        "fraction": 1.0 if data == "draft" else float(cfg.distill.on_policy_fraction),
-        "seed": int(cfg.seed),
-        "stop_id": stop_token_id(tokenizer, str(cfg.task.prompt_format)),
+        "fraction": 1.0 if data == "draft" else float(run.distill.on_policy_fraction),
+        "seed": int(run.seed),
+        "stop_id": stop_token_id(tokenizer, str(run.task.prompt_format)),
         "pad_id": tokenizer.pad_token_id,
-        "max_new_tokens": int(cfg.distill.answer_max_new_tokens),
+        "max_new_tokens": int(run.distill.answer_max_new_tokens),
     }

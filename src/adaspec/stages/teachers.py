@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from adaspec.artefacts import paths
@@ -25,6 +24,7 @@ from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
 from adaspec.drafts import FeatureSource, TrainedDraft, load_draft
 from adaspec.models.build import freeze, load_model
+from adaspec.stages.stage_run import StageRun
 
 
 def frozen_artefact(folder, attn: str) -> PreTrainedModel:
@@ -80,60 +80,62 @@ def for_draft(teacher: LiveTeacher | CachedTeacher, draft: TrainedDraft):
     return teacher if draft.vocab is None else SupportTeacher(teacher, draft)
 
 
-def feature_cache(cfg: DictConfig, data: TaskDataModule, target: PreTrainedModel, layers: list[int],
+def feature_cache(run: StageRun, data: TaskDataModule, target: PreTrainedModel, layers: list[int],
                   pad_id: int) -> FeatureCache:
     """The target's features at `layers` on this data (distill.teacher=cache with an EAGLE-3 head), built on
     first use; refuses one made for anything else."""
-    folder = paths.feature_cache_dir(cfg, layers)
+    folder = run.layout.feature_cache_dir(layers)
     encoded = data.train_set + data.val_set
-    identity = feature_identity(cache_identity(cfg, encoded), layers)
-    if folder.is_dir() and not cfg.overwrite:
+    identity = feature_identity(cache_identity(run.layout, run.task, encoded), layers)
+    if folder.is_dir() and not run.overwrite:
         cache = FeatureCache(folder)
         cache.check_identity(identity)
         return cache
     width = len(layers) * target.config.hidden_size
     print(f"[adaspec] feature cache: layers {layers} of {len(encoded)} examples, "
           f"{feature_cache_bytes(encoded, width) / 2**20:.1f} MiB -> {folder}")
-    return write_feature_cache(target, encoded, layers, folder, identity, batch_size=cfg.stage.batch_size,
+    return write_feature_cache(target, encoded, layers, folder, identity, batch_size=run.stage.batch_size,
                                pad_id=pad_id)
 
 
-def cached_teacher(cfg: DictConfig, data: TaskDataModule) -> CachedTeacher | None:
+def cached_teacher(run: StageRun, data: TaskDataModule) -> CachedTeacher | None:
     """The teacher cache for this target and data with distill.teacher=cache (None: run the target live);
     refuses a cache made for anything else."""
-    if cfg.distill.teacher != "cache":
+    distill = run.distill
+    if distill.teacher != "cache":
         return None
-    cache = TeacherCache(paths.teacher_cache_dir(cfg))
-    cache.check_identity(cache_identity(cfg, data.train_set + data.val_set))
-    return CachedTeacher(cache, cfg.distill.divergence, cfg.distill.chunk_size, cfg.distill.jsd_beta)
+    cache = TeacherCache(run.layout.teacher_cache_dir())
+    cache.check_identity(cache_identity(run.layout, run.task, data.train_set + data.val_set))
+    return CachedTeacher(cache, distill.divergence, distill.chunk_size, distill.jsd_beta)
 
 
 def cached_ref_kl(
-    cfg: DictConfig, teacher: CachedTeacher, data: TaskDataModule, tokenizer: PreTrainedTokenizerBase,
+    run: StageRun, teacher: CachedTeacher, data: TaskDataModule, tokenizer: PreTrainedTokenizerBase,
     source: FeatureSource | None = None,
 ) -> np.ndarray:
     """The reference's per-token KL to the cached teacher, computed on first use; an EAGLE-3 reference reads the
     target's features from `source` (its student's: their cache)."""
-    folder = paths.ref_dir(cfg) / "teacher_kl" / teacher.cache.spec.name
+    folder = run.layout.ref_dir() / "teacher_kl" / teacher.cache.spec.name
     identity = {
-        "reference": read_meta(paths.final(paths.ref_dir(cfg)))["weights"],
+        "reference": read_meta(paths.final(run.layout.ref_dir()))["weights"],
         **teacher.cache.meta["identity"],
     }
-    if cfg.distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
-        identity["divergence"] = f"{cfg.distill.divergence}(beta={cfg.distill.jsd_beta})"
-    passes = int(cfg.distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config.rules)
+    distill = run.distill
+    if distill.divergence != "forward_kl":  # dL needs the reference's divergence of the same kind
+        identity["divergence"] = f"{distill.divergence}(beta={distill.jsd_beta})"
+    passes = int(distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config.rules)
     if passes > 1:  # a head's divergence sums its passes
         identity["ttt_passes"] = str(passes)
     values = load_ref_kl(folder, identity)
     if values is None:
-        reference = frozen_draft(paths.ref_dir(cfg), cfg.model.attn_implementation, source)
+        reference = frozen_draft(run.layout.ref_dir(), run.model.attn_implementation, source)
         values = write_ref_kl(
             reference,
             for_draft(teacher, reference),
             data.train_set + data.val_set,
             folder,
             identity,
-            batch_size=cfg.stage.batch_size,
+            batch_size=run.stage.batch_size,
             pad_id=tokenizer.pad_token_id,
             passes=passes,
         )

@@ -7,6 +7,7 @@ the same folder) is checked before any data or model is loaded. What each stage 
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import time
@@ -15,16 +16,22 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import wandb
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from adaspec.artefacts import paths
 from adaspec.artefacts.rules import check_not_done, check_upstream, record_run_start
-from adaspec.artefacts.store import read_meta, remove_stale_temporaries, save_artefact
+from adaspec.artefacts.store import (
+    fingerprint,
+    provenance,
+    read_meta,
+    remove_stale_temporaries,
+    save_artefact,
+)
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.callbacks.steps_this_run import StepsThisRun
 from adaspec.data.datamodule import TaskDataModule
 from adaspec.data.stdlib_corpus import corpus_blocks, corpus_splits
-from adaspec.data.target_answers import training_splits
+from adaspec.data.target_answers import AnswerSpec, training_splits
 from adaspec.data.tasks import first_training_examples, load_task
 from adaspec.distill.budget import apply_token_budget
 from adaspec.errors import UserError
@@ -32,10 +39,12 @@ from adaspec.models.build import enable_gradient_checkpointing, n_trainable
 from adaspec.models.vocab import check_stage_vocabularies
 from adaspec.stages import stage_module
 from adaspec.stages.draft_init import ensure_draft_init
+from adaspec.stages.stage_run import StageRun
 from adaspec.stages.tokenizer_source import load_tokenizer
 from adaspec.training.distributed import is_global_zero, say
-from adaspec.training.stage_specs import Data, pretrain_stage_config, stage_dir, stage_of, stage_seed
+from adaspec.training.stage_specs import STAGES, Data, stage_dir, stage_seed, with_pretrain_settings
 from adaspec.training.trainer import (
+    build_loggers,
     build_trainer,
     checkpoint_log_step,
     full_student_state,
@@ -48,87 +57,90 @@ from adaspec.training.trainer import (
 def resolve_stage_config(cfg: DictConfig) -> tuple[DictConfig, dict | None]:
     """The config the stage really trains with (stage 0's own settings, the matched token budget), and
     the task's splits when resolving needed them."""
-    cfg = pretrain_stage_config(cfg)
-    if cfg.stage.name == "draft" and cfg.distill.match_token_budget:  # the budget depends on the data's size
+    resolved = cfg
+    stage = with_pretrain_settings(cfg.stage, cfg.get("pretrain"))
+    if stage is not cfg.stage:
+        resolved = copy.deepcopy(cfg)  # the caller's config stays as composed
+        resolved.stage = stage
+    if stage.name == "draft" and cfg.distill.match_token_budget:  # the budget depends on the data's size
         splits = load_task(cfg.task)  # as loaded: build_data makes the training splits from them
-        n_train = len(training_splits(cfg, splits)["train"])
-        return apply_token_budget(cfg, n_train, world_size(cfg.trainer)), splits
-    return cfg, None
+        n_train = len(training_splits(AnswerSpec.of(cfg), splits)["train"])
+        return apply_token_budget(resolved, n_train, world_size(cfg.trainer)), splits
+    return resolved, None
 
 
-def build_data(cfg: DictConfig, splits: dict | None) -> tuple[TaskDataModule, dict, dict]:
+def build_data(run: StageRun, splits: dict | None) -> tuple[TaskDataModule, dict, dict]:
     """(data module, upstream hashes that only exist once the tokenizer does, corpus identity)."""
-    stage = stage_of(cfg)
+    stage = STAGES[run.stage.name]
     on_corpus = stage.data == Data.corpus  # stage 0 trains on the code corpus, not on the task
-    splits = splits or load_task(cfg.task)
-    if cfg.stage.name == "target" and cfg.task.get("target_n_train") is not None:
-        splits = {**splits, "train": first_training_examples(cfg.task, cfg.task.target_n_train, "task.target_n_train")}
-    blocks = corpus_blocks(cfg) if on_corpus else []  # read once: tokenizer and training data
-    tokenizer = load_tokenizer(cfg, splits, blocks)
+    splits = splits or load_task(run.task)
+    if run.stage.name == "target" and run.task.get("target_n_train") is not None:
+        splits = {**splits, "train": first_training_examples(run.task, run.task.target_n_train, "task.target_n_train")}
+    blocks = corpus_blocks(run.pretrain, run.task) if on_corpus else []  # read once: tokenizer and training data
+    tokenizer = load_tokenizer(run, splits, blocks)
     upstream = {}
     if stage.makes_draft_init:
-        upstream["draft_init"] = read_meta(ensure_draft_init(cfg, tokenizer))["weights"]
+        upstream["draft_init"] = read_meta(ensure_draft_init(run.init_spec, tokenizer, run.init_made_by))["weights"]
     corpus = {}
     if on_corpus:
-        splits, corpus = corpus_splits(blocks, cfg.pretrain.n_val)
+        splits, corpus = corpus_splits(blocks, run.pretrain.n_val)
     elif stage.data == Data.training:  # after the tokenizer and draft vocabulary, which the dataset's text made
-        splits = training_splits(cfg, splits)
+        splits = training_splits(run.answers, splits)
     data = TaskDataModule(
         tokenizer,
         splits,
-        batch_size=cfg.stage.batch_size,
-        max_length=cfg.task.max_length,
-        n_val=cfg.pretrain.n_val if on_corpus else cfg.task.n_val,
-        seed=stage_seed(cfg),
-        prompt_format="plain" if on_corpus else cfg.task.prompt_format,
-        group_by_length=cfg.stage.group_by_length,
+        batch_size=run.stage.batch_size,
+        max_length=run.task.max_length,
+        n_val=run.pretrain.n_val if on_corpus else run.task.n_val,
+        seed=stage_seed(run.layout),
+        prompt_format="plain" if on_corpus else run.task.prompt_format,
+        group_by_length=run.stage.group_by_length,
     )
     return data, upstream, corpus
 
 
-def start_fresh(cfg: DictConfig, folder: Path) -> None:
-    """Forget an earlier run's checkpoints and logs (overwrite=true) and record which config writes the new
-    ones."""
+def start_fresh(folder: Path, wanted: str) -> None:
+    """Forget an earlier run's checkpoints and logs (overwrite=true) and record which config (fingerprinted
+    `wanted`) writes the new ones."""
     for leftover in (paths.last_checkpoint(folder).parent, folder / "logs"):
         shutil.rmtree(leftover, ignore_errors=True)
-    record_run_start(cfg, folder)
+    record_run_start(folder, wanted)
 
 
 def run_stage(cfg: DictConfig) -> Path:
     """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder. `cfg` has been
-    validated by the entry point."""
-    cfg, splits = resolve_stage_config(cfg)
-    stage, folder = cfg.stage.name, stage_dir(cfg)
-    if check_not_done(cfg, folder):
+    validated by the entry point; `trained` is what the stage really trains with (`resolve_stage_config`)."""
+    trained, splits = resolve_stage_config(cfg)
+    layout = paths.of(trained)
+    stage, folder, wanted = trained.stage.name, stage_dir(layout), fingerprint(trained, trained.stage.name)
+    if check_not_done(folder, wanted, resume=trained.resume, overwrite=trained.overwrite):
         say(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
         return paths.final(folder)
-    upstream = check_upstream(cfg)
-    check_stage_vocabularies(cfg)  # a draft/target pair, or artefacts, with different tokenizers: refuse
-    pl.seed_everything(stage_seed(cfg), workers=True, verbose=False)
+    upstream = check_upstream(layout, trained.get("pretrain"))
+    # a draft/target pair, or artefacts, with different tokenizers: refuse
+    check_stage_vocabularies(layout, trained.model, trained.paths.models, trained.get("pretrain"))
+    pl.seed_everything(stage_seed(layout), workers=True, verbose=False)
 
-    data, more_upstream, corpus = build_data(cfg, splits)
+    run = StageRun.of(trained)  # what the stage's module reads
+    data, more_upstream, corpus = build_data(run, splits)
     upstream.update(more_upstream)
-    module = stage_module(cfg).from_config(cfg, data.tokenizer, data)
-    if cfg.model.gradient_checkpointing:
+    module = stage_module(run).build(run, data.tokenizer, data)
+    if trained.model.gradient_checkpointing:
         enable_gradient_checkpointing(module.student)
-    steps = total_steps(cfg.stage, len(data.train_set), world_size(cfg.trainer))
-    run_name = f"{cfg.task.name}/{cfg.model.name}/{folder.parent.name}/{folder.name}"
+    steps = total_steps(trained.stage, len(data.train_set), world_size(trained.trainer))
+    run_name = f"{trained.task.name}/{trained.model.name}/{folder.parent.name}/{folder.name}"
     last = paths.last_checkpoint(folder)
-    resuming = bool(cfg.resume and not cfg.overwrite and last.exists())
+    resuming = bool(trained.resume and not trained.overwrite and last.exists())
     if is_global_zero():
         remove_stale_temporaries(paths.final(folder))
         if not resuming:
-            start_fresh(cfg, folder)
+            start_fresh(folder, wanted)
     steps_this_run = StepsThisRun(steps)
-    trainer = build_trainer(
-        cfg,
-        folder,
-        len(data.train_set),
-        run_name,
-        [steps_this_run, *module.callbacks(cfg, data)],
-        module,
-        resume_step=checkpoint_log_step(last) if resuming else None,
-    )
+    loggers = build_loggers(trained.logger, f"{trained.task.name}/{trained.model.name}",
+                            OmegaConf.to_container(trained, resolve=True), folder, run_name,
+                            resume_step=checkpoint_log_step(last) if resuming else None)
+    trainer = build_trainer(trained.stage, trained.trainer, folder, len(data.train_set), loggers,
+                            [steps_this_run, *module.callbacks(run, data)], module)
     ckpt_path = str(last) if resuming else None
     say(
         f"[adaspec] {stage}: training {n_trainable(module.student) / 1e6:.2f}M parameters for {steps} steps "
@@ -179,8 +191,7 @@ def run_stage(cfg: DictConfig) -> Path:
             paths.final(folder),
             model=module.artefact,
             tokenizer=data.tokenizer,
-            cfg=cfg,
-            stage=stage,
+            made_by=provenance(trained, stage),
             metrics=metrics,
             upstream=upstream,
             state_dict=state,

@@ -24,23 +24,23 @@ from adaspec.artefacts import paths
 # every draft start from stage 0's draft.
 
 
-def uses_pretrain(cfg: DictConfig) -> bool:
+def uses_pretrain(pretrain: DictConfig | None) -> bool:
     """Stage 0 makes the draft initialisation (either objective)."""
-    return cfg.get("pretrain") is not None and cfg.pretrain.corpus != "none"
+    return pretrain is not None and pretrain.corpus != "none"
 
 
-def pretrains_target(cfg: DictConfig) -> bool:
+def pretrains_target(pretrain: DictConfig | None) -> bool:
     """Stage 0 also pre-trains the target, which stage 1 then starts from (objective=lm)."""
-    return uses_pretrain(cfg) and cfg.pretrain.objective == "lm"
+    return uses_pretrain(pretrain) and pretrain.objective == "lm"
 
 
-def pretrain_stage_config(cfg: DictConfig) -> DictConfig:
+def with_pretrain_settings(stage: DictConfig, pretrain: DictConfig | None) -> DictConfig:
     """Stage 0 trains with pretrain.lr / batch_size / max_epochs: the task's stage settings are for the task."""
-    if stage_of(cfg).data != Data.corpus:
-        return cfg
-    resolved = copy.deepcopy(cfg)
+    if STAGES[stage.name].data != Data.corpus:
+        return stage
+    resolved = copy.deepcopy(stage)
     for key in ("lr", "batch_size", "max_epochs"):
-        resolved.stage[key] = cfg.pretrain[key]
+        resolved[key] = pretrain[key]
     return resolved
 
 
@@ -54,50 +54,48 @@ class Data(StrEnum):
 class Stage:
     name: str
     label: str  # how messages name its artefact
-    folder: Callable[[DictConfig], Path]
+    folder: Callable[[paths.Layout], Path]
     make: str  # the command that makes its artefact
-    needs: Callable[[DictConfig], tuple[str, ...]]  # the artefacts it trains from, in the order they are checked
+    # the artefacts it trains from, in the order they are checked, given the run's pretrain config
+    needs: Callable[[DictConfig | None], tuple[str, ...]]
     seed_key: str = "seed"  # the config key of its seed (its folder's seed<n>, its data order)
     data: Data = Data.task
     makes_draft_init: bool = False  # it saves the draft initialisation the reference and drafts start from
 
 
-def _after_stage_0(cfg: DictConfig) -> tuple[str, ...]:
-    return ("pretrain_target",) if pretrains_target(cfg) else ()
+def _after_stage_0(pretrain: DictConfig | None) -> tuple[str, ...]:
+    return ("pretrain_target",) if pretrains_target(pretrain) else ()
 
 
-def _stage_0_draft_needs(cfg: DictConfig) -> tuple[str, ...]:
-    return ("pretrain_target",) if pretrains_target(cfg) else ("target",)  # objective=kd distils the target
+def _stage_0_draft_needs(pretrain: DictConfig | None) -> tuple[str, ...]:
+    return ("pretrain_target",) if pretrains_target(pretrain) else ("target",)  # objective=kd distils the target
 
 
 STAGES: dict[str, Stage] = {
     stage.name: stage
     for stage in (
-        Stage("pretrain_target", "pretrain_target", paths.pretrain_target_dir,
-              "python -m adaspec.commands.train pretrain=stdlib stage=pretrain_target", lambda cfg: (),
+        Stage("pretrain_target", "pretrain_target", paths.Layout.pretrain_target_dir,
+              "python -m adaspec.commands.train pretrain=stdlib stage=pretrain_target", lambda pretrain: (),
               seed_key="target_seed", data=Data.corpus),
-        Stage("pretrain_draft", "pretrain_draft", paths.pretrain_draft_dir,
+        Stage("pretrain_draft", "pretrain_draft", paths.Layout.pretrain_draft_dir,
               "python -m adaspec.commands.train stage=pretrain_draft", _stage_0_draft_needs, data=Data.corpus),
-        Stage("target", "target", paths.target_dir, "make stage1 (python -m adaspec.commands.train stage=target)",
+        Stage("target", "target", paths.Layout.target_dir, "make stage1 (python -m adaspec.commands.train stage=target)",
               _after_stage_0, seed_key="target_seed"),
-        Stage("ref", "ref", paths.ref_dir, "make stage2 (python -m adaspec.commands.train stage=ref)",
-              lambda cfg: ("target",), data=Data.training, makes_draft_init=True),
-        Stage("draft", "draft", paths.draft_dir, "make stage3 (python -m adaspec.commands.train stage=draft)",
-              lambda cfg: ("target", "ref", "draft_init"), data=Data.training),
+        Stage("ref", "ref", paths.Layout.ref_dir, "make stage2 (python -m adaspec.commands.train stage=ref)",
+              lambda pretrain: ("target",), data=Data.training, makes_draft_init=True),
+        Stage("draft", "draft", paths.Layout.draft_dir, "make stage3 (python -m adaspec.commands.train stage=draft)",
+              lambda pretrain: ("target", "ref", "draft_init"), data=Data.training),
         # not trained on its own: stage 2 saves it before it trains (from stage 0's draft, where that ran)
-        Stage("draft_init", "draft initialisation", paths.draft_init_dir, "make stage2", lambda cfg: ()),
+        Stage("draft_init", "draft initialisation", paths.Layout.draft_init_dir, "make stage2", lambda pretrain: ()),
     )
 }
 
 
-def stage_of(cfg: DictConfig) -> Stage:
-    return STAGES[cfg.stage.name]
+def stage_dir(layout: paths.Layout) -> Path:
+    """The folder of the stage `layout`'s run trains."""
+    return STAGES[layout.stage].folder(layout)
 
 
-def stage_dir(cfg: DictConfig) -> Path:
-    """The folder of the stage `cfg` trains."""
-    return stage_of(cfg).folder(cfg)
-
-
-def stage_seed(cfg: DictConfig) -> int:
-    return cfg[stage_of(cfg).seed_key]
+def stage_seed(layout: paths.Layout) -> int:
+    """The seed of the stage `layout`'s run trains (its folder's seed<n>, its data order)."""
+    return getattr(layout, STAGES[layout.stage].seed_key)

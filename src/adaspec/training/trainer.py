@@ -61,25 +61,26 @@ def total_steps(stage: DictConfig, n_train: int, world: int = 1) -> int:
 
 
 def build_loggers(
-    cfg: DictConfig, folder: Path, run_name: str, resume_step: int | None = None
+    logger: DictConfig, group: str, config: dict, folder: Path, run_name: str, resume_step: int | None = None
 ) -> list[Logger]:
-    """`logs/metrics.csv` (continued from `resume_step` when resuming) and W&B when it is on."""
+    """`logs/metrics.csv` (continued from `resume_step` when resuming) and, when the `logger` group turns it on,
+    W&B (the run `run_name` in `group`, recording the resolved `config`)."""
     loggers: list[Logger] = [
         ResumableCSVLogger(
             save_dir=str(folder), name="logs", version="", flush_logs_every_n_steps=1, resume_step=resume_step
         )
     ]
-    wb = cfg.logger.wandb
-    if wandb_enabled(cfg):
+    wb = logger.wandb
+    if wandb_enabled(logger):
         loggers.append(
             WandbLogger(
                 project=wb.project,
                 entity=wb.entity,
                 name=run_name,
-                group=f"{cfg.task.name}/{cfg.model.name}",
+                group=group,
                 save_dir=str(folder),
                 mode=wb.mode,
-                config=OmegaConf.to_container(cfg, resolve=True),
+                config=config,
             )
         )
     return loggers
@@ -133,21 +134,21 @@ def _strategy_and_plugins(trainer: dict[str, Any], init_scale: float, student) -
 
 
 def build_trainer(
-    cfg: DictConfig,
+    stage: DictConfig,
+    trainer_cfg: DictConfig,
     folder: Path,
     n_train: int,
-    run_name: str,
+    loggers: list[Logger] | None = None,
     callbacks: list[pl.Callback] | None = None,
     module: pl.LightningModule | None = None,
-    resume_step: int | None = None,
 ) -> pl.Trainer:
-    """The stage's Trainer. `module` (the stage module) names the transformer blocks FSDP wraps;
-    `resume_step`: the logging step of the checkpoint a resumed run continues from."""
+    """The Trainer of `stage` (its schedule, checkpointing and validation), with the `trainer` group's settings;
+    `module` (the stage module) names the transformer blocks FSDP wraps."""
     one_line_per_event()
-    st = cfg.stage
-    world = world_size(cfg.trainer)
+    st = stage
+    world = world_size(trainer_cfg)
     steps = total_steps(st, n_train, world)
-    trainer_kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer_kwargs = OmegaConf.to_container(trainer_cfg, resolve=True)
     init_scale = float(trainer_kwargs.pop("fp16_init_scale", 128.0))
     strategy, plugins = _strategy_and_plugins(trainer_kwargs, init_scale, getattr(module, "student", None))
     checkpointing = StepCheckpoint(folder / CHECKPOINTS / LAST_CHECKPOINT, st.checkpoint_every_n_steps)
@@ -162,7 +163,7 @@ def build_trainer(
         val_check_interval=st.val_every_n_steps if st.val_every_n_steps > 0 else 1.0,
         check_val_every_n_epoch=None if st.val_every_n_steps > 0 else 1,
         num_sanity_val_steps=0,
-        logger=build_loggers(cfg, folder, run_name, resume_step),
+        logger=loggers or False,
         callbacks=[checkpointing, FreeMemory(), *(callbacks or [])],
         enable_checkpointing=False,  # StepCheckpoint writes the only checkpoint
         default_root_dir=str(folder),
