@@ -15,7 +15,7 @@ reference. The config is read once, at the top (`paths.of(cfg)`): what is below 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -62,6 +62,7 @@ class Layout:
     kind: str  # the draft kind's folder suffix (`-eagle3` for a head), then `-<model.draft_name>` where set
     stage: str  # the stage being trained: stage.tag names its folder only, the others are found untagged
     tag: str
+    ref_tag: str  # but the reference: distill.ref_tag names the one the other stages read
     k: float
     data: str | None  # distill.data
     reference_data: str | None  # what the reference was trained on (`of`)
@@ -81,10 +82,6 @@ class Layout:
     def _own_tag(self, stage: str) -> str:
         return self.tag if self.stage == stage else ""
 
-    def for_stage(self, stage: str, tag: str = "") -> Layout:
-        """The layout the `stage` run with `tag` has (its data and reference as this run's)."""
-        return replace(self, stage=stage, tag=tag)
-
     def target_dir(self) -> Path:
         return self.model_root / f"seed{self.target_seed}" / f"target{_suffix(self._own_tag('target'))}"
 
@@ -92,7 +89,7 @@ class Layout:
         return self.model_root / f"seed{self.seed}" / f"draft_init{self.kind}"
 
     def ref_dir(self) -> Path:
-        tag = _suffix(self._own_tag("ref"))
+        tag = _suffix(self.tag if self.stage == "ref" else self.ref_tag)
         return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{_data_suffix(self.reference_data)}"
 
     def draft_dir(self, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
@@ -148,6 +145,7 @@ def of(cfg: DictConfig) -> Layout:
         kind=kind,
         stage=str(cfg.stage.name),
         tag=cfg.stage.tag or "",
+        ref_tag="" if distill is None else distill.get("ref_tag") or "",
         k=cfg.k,
         data=data,
         reference_data=reference_data,

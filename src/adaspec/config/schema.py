@@ -359,6 +359,10 @@ def _ref_data_counts(stage: str, distill: dict, cfg: dict) -> bool:
     return stage == "draft" and distill.get("ref_data") not in (None, distill.get("data", "dataset"))
 
 
+def _ref_tag_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    return stage == "draft" and bool(distill.get("ref_tag"))
+
+
 @dataclass
 class DistillConfig:
     # fields not declared otherwise count for stage 3's drafts only
@@ -405,6 +409,10 @@ class DistillConfig:
     # itself always trains on `data`, into that data's folder). Lets
     # drafts on different data share one reference, e.g. distill.data=dataset distill.ref_data=target
     ref_data: DistillData | None = counted(None, when=_ref_data_counts)
+    # stage 3 and the evaluation's reference row: the stage.tag of the reference to read ("": the untagged one;
+    # stage.tag names only the folder of the stage being trained), e.g. stage=ref stage.tag=b8, then stage=draft
+    # stage.tag=b8 distill.ref_tag=b8 for a draft against that reference
+    ref_tag: str = counted("", when=_ref_tag_counts)
     # an EAGLE-3 head (model.draft_kind=eagle3): passes of EAGLE-3's training-time test per step; a token's
     # divergence is then sum_k 0.8^k * that of pass k (the head reading its own outputs k positions back), for
     # the head and its reference alike, so dL compares like with like. 1: the first proposal's only
