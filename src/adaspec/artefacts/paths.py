@@ -97,7 +97,8 @@ class Layout:
         k = self.k if k is None else k
         tag = self._own_tag("draft") if tag is None else tag
         data = self.data if data is None else data
-        return self.model_root / f"seed{self.seed}" / f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data)}"
+        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data)}"
+        return self.model_root / f"seed{self.seed}" / name
 
     def pretrain_target_dir(self) -> Path:
         return self.model_root / f"seed{self.target_seed}" / "pretrain-target"
@@ -110,8 +111,9 @@ class Layout:
         return self.target_dir() / "teacher_cache" / f"{self.answers_prefix}{self.cache_name}"
 
     def feature_cache_dir(self, layers: list[int]) -> Path:
-        """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same data."""
-        return self.target_dir() / "feature_cache" / f"{self.answers_prefix}layers{'-'.join(str(i) for i in layers)}"
+        """The target's hidden states at `layers` for an EAGLE-3 head: beside the teacher cache, on the same
+        data."""
+        return self.target_dir() / "feature_cache" / f"{self.answers_prefix}layers{'-'.join(map(str, layers))}"
 
     def target_answers_dir(self) -> Path:
         """The target's generated answers to the training prompts (distill.data=target) belong to the target."""
@@ -135,7 +137,8 @@ def of(cfg: DictConfig) -> Layout:
     # problems they cover: demo-real's first 500 and the whole answer set are other data for one target
     n_train = cfg.task.n_train if cfg.task.n_train is not None else "all"
     answers_prefix = f"target-answers-n{n_train}-" if fixed_answers(distill) == "target" else ""
-    kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix + _suffix(cfg.model.get("draft_name") or "")
+    kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
+    kind += _suffix(cfg.model.get("draft_name") or "")
     return Layout(
         root=Path(cfg.paths.root),
         task=str(cfg.task.name),
@@ -150,7 +153,8 @@ def of(cfg: DictConfig) -> Layout:
         data=data,
         reference_data=reference_data,
         answers_prefix=answers_prefix,
-        cache_name="" if distill is None else "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
+        cache_name="" if distill is None else
+        "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
         answers_name="" if distill is None else f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}",
     )
 

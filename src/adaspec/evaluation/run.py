@@ -372,7 +372,8 @@ def trained_entries(
 ) -> tuple[list[Entry], dict[str, dict[str, Any]]]:
     """The trained drafts (and their int8 copies with `decode.draft_quant=int8`) as benchmark entries, and
     what results.json records about each. `target`: the model an EAGLE-3 head's replay reads."""
-    attn, decode, device, compare_hf = run.model.attn_implementation, run.decode, run.device, run.eval.compare_hf_assisted
+    attn, decode, device = run.model.attn_implementation, run.decode, run.device
+    compare_hf = run.eval.compare_hf_assisted
     entries: list[Entry] = []
     info: dict[str, dict[str, Any]] = {}
     for k, tag, path in draft_paths:
