@@ -27,6 +27,7 @@ from adaspec.artefacts.store import (
     remove_stale_temporaries,
     save_artefact,
 )
+from adaspec.callbacks.anonymous_memory import PeakAnonymousMemory
 from adaspec.callbacks.best_validation import KeepBestValidation
 from adaspec.callbacks.steps_this_run import StepsThisRun
 from adaspec.data.datamodule import TaskDataModule
@@ -135,12 +136,12 @@ def run_stage(cfg: DictConfig) -> Path:
         remove_stale_temporaries(paths.final(folder))
         if not resuming:
             start_fresh(folder, wanted)
-    steps_this_run = StepsThisRun(steps)
+    steps_this_run, anonymous = StepsThisRun(steps), PeakAnonymousMemory()
     loggers = build_loggers(trained.logger, f"{trained.task.name}/{trained.model.name}",
                             OmegaConf.to_container(trained, resolve=True), folder, run_name,
                             resume_step=checkpoint_log_step(last) if resuming else None)
     trainer = build_trainer(trained.stage, trained.trainer, folder, len(data.train_set), loggers,
-                            [steps_this_run, *module.callbacks(run, data)], module)
+                            [steps_this_run, anonymous, *module.callbacks(run, data)], module)
     ckpt_path = str(last) if resuming else None
     say(
         f"[adaspec] {stage}: training {n_trainable(module.student) / 1e6:.2f}M parameters for {steps} steps "
@@ -180,7 +181,8 @@ def run_stage(cfg: DictConfig) -> Path:
         "resumed_from_step": steps_this_run.first_step,
         "steps_this_run": steps_this_run.steps,
         "train_seconds": round(train_seconds, 2),
-        "peak_memory_mb": round(peak_memory_mb(), 1),
+        "peak_memory_mb": round(peak_memory_mb(), 1),  # mapped caches' pages included
+        **({"peak_anonymous_mb": round(anonymous.peak_mb, 1)} if anonymous.peak_mb is not None else {}),
         "parameters": n_trainable(module.student),
         **{f"corpus/{name}": value for name, value in corpus.items()},
         **{name: value for cb in stopping for name, value in cb.summary().items()},
