@@ -104,11 +104,13 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
     def tau_of(shape: TreeShape | None, results: list[GenerationResult]) -> float:
         return sampled_tau(shape) if temperature > 0 else _tau(results)
 
-    chain = [replayed(draft.greedy_blocks(ids, out, width), ids, out, gamma)
-             for ids, out in zip(prompts, outputs, strict=True)]
+    def chain_replays() -> list[GenerationResult]:
+        return [replayed(draft.greedy_blocks(ids, out, width), ids, out, gamma)
+                for ids, out in zip(prompts, outputs, strict=True)]
+
     draft_s = draft.step_seconds(timing, width)
     chain_verify_s = seconds_of(("verify", gamma + 1), lambda: forward_seconds(target, timing, gamma + 1))
-    tau = tau_of(None, chain)
+    tau = sampled_tau(None) if temperature > 0 else _tau(chain_replays())  # no greedy replay where it is unread
     table = {CHAIN: {"gamma": gamma, "tau": tau, "draft_s": gamma * draft_s, "verify_s": chain_verify_s,
                      "expected_speedup": expected(tau, gamma * draft_s + chain_verify_s)}}
     layers = draft.target_layers or None
