@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from adaspec.artefacts import paths
 from adaspec.cli import hydra_entry
 from adaspec.toolkit import no_tokenizer_parallelism
 
@@ -24,12 +23,13 @@ def main(cfg: DictConfig) -> None:
     from adaspec.data.target_answers import AnswerSpec, ensure_target_answers, write_answer_parts
     from adaspec.data.tasks import load_task
 
-    require_artefact(paths.of(cfg).target_dir(), "target", "answers", paths.of(cfg))
+    answers = AnswerSpec.of(cfg)
+    require_artefact(answers.layout.target_dir(), "target", "answers", answers.layout)
     if cfg.distill.answer_parts is not None:
-        written = write_answer_parts(AnswerSpec.of(cfg), str(cfg.distill.answer_parts))
+        written = write_answer_parts(answers, str(cfg.distill.answer_parts))
         print(f"[adaspec] answer parts: {len(written)} written")
         return
-    folder = ensure_target_answers(AnswerSpec.of(cfg), load_task(cfg.task)["train"])
+    folder = ensure_target_answers(answers, load_task(cfg.task)["train"])
     print(f"[adaspec] answers: {folder} is complete")
 
 

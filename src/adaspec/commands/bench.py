@@ -74,9 +74,10 @@ def bench_decoding(model: str, overrides: list[str], n_prompts: int, gamma: int,
     k = 0.4
     ensure_trained(base, k)
     cfg = checked_config(*base, "stage=draft", f"k={k}")
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(cfg).target_dir())))
-    target = load_model(paths.final(paths.of(cfg).target_dir())).eval()
-    draft = load_draft(paths.final(paths.of(cfg).draft_dir(k)), target=target).eval()
+    layout = paths.of(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(layout.target_dir())))
+    target = load_model(paths.final(layout.target_dir())).eval()
+    draft = load_draft(paths.final(layout.draft_dir(k)), target=target).eval()
     baselines = {name: build_baseline(spec) for name, spec in cfg.baseline.items()}
     examples = load_task(cfg.task)["test"][:n_prompts]
     prompts = tokenize_prompts(tokenizer, [e.prompt for e in examples])

@@ -80,11 +80,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if any(s.compile or s.kv_cache == "static" for s in draft_servings):
         raise UserError("--draft-servings: a draft decodes eager on a dynamic cache; give eager servings only, "
                         "e.g. float32,bfloat16,bfloat16-int8")
-    target_folder = args.target or paths.final(paths.of(cfg).target_dir())
+    layout = paths.of(cfg)
+    target_folder = args.target or paths.final(layout.target_dir())
     if not (target_folder / "config.json").is_file():
         raise UserError(f"no target model in {target_folder}: run stage 1 first (make stage1 ARGS=...) "
                         f"or pass --target FOLDER")
-    draft_folder = None if args.no_draft else (args.draft or paths.final(paths.of(cfg).draft_dir()))
+    draft_folder = None if args.no_draft else (args.draft or paths.final(layout.draft_dir()))
     if draft_folder is not None and not (draft_folder / "config.json").is_file():
         print(f"[adaspec] bench-costs: no draft at {draft_folder}: timing the target only")
         draft_folder = None

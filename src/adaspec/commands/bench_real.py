@@ -339,19 +339,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from adaspec.evaluation.cost import call_costs, tree_verify_seconds
     from adaspec.models.build import load_model
 
-    require_artefact(paths.of(cfg).target_dir(), "target", "bench-real", paths.of(cfg))
+    layout = paths.of(cfg)
+    require_artefact(layout.target_dir(), "target", "bench-real", layout)
     if args.no_trained:
         draft_folders = {}
         if not cfg.baseline:
             raise UserError("--no-trained leaves no draft to bench: keep the baselines (baseline=[prompt_lookup])")
     elif args.draft is None:
-        require_artefact(paths.of(cfg).draft_dir(), "draft", "bench-real", paths.of(cfg), f" k={args.k}")
-        draft_folders = {"trained": paths.final(paths.of(cfg).draft_dir())}
+        require_artefact(layout.draft_dir(), "draft", "bench-real", layout, f" k={args.k}")
+        draft_folders = {"trained": paths.final(layout.draft_dir())}
     else:
         draft_folders = named_drafts(args.draft)
         for folder in draft_folders.values():
             verify_weights(folder, f"the stage that made {folder}")
-    target_folder = paths.final(paths.of(cfg).target_dir())
+    target_folder = paths.final(layout.target_dir())
     tokenizer = AutoTokenizer.from_pretrained(str(target_folder))
     model = load_model(target_folder).eval()
     serving = parse_serving(args.serving, "--serving") if args.serving else Serving.of_target(cfg.decode)

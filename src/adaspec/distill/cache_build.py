@@ -33,18 +33,20 @@ from adaspec.toolkit import device_for
 def build_cache(cfg: DictConfig) -> Path:
     """The teacher cache of `cfg`'s target, built or found up to date; `cfg` is validated where it was
     composed (the entry point, the paper runner)."""
-    require_artefact(paths.of(cfg).target_dir(), "target", "cache", paths.of(cfg))
-    target_final = paths.final(paths.of(cfg).target_dir())
-    folder = paths.of(cfg).teacher_cache_dir()
+    answers = AnswerSpec.of(cfg)  # the target's answers, where the cache covers them
+    layout = answers.layout
+    require_artefact(layout.target_dir(), "target", "cache", layout)
+    target_final = paths.final(layout.target_dir())
+    folder = layout.teacher_cache_dir()
     spec = CacheSpec(cfg.distill.cache_mode, cfg.distill.cache_topk)
     tokenizer = AutoTokenizer.from_pretrained(str(target_final))
     splits, target = load_task(cfg.task), None
     if paths.fixed_answers(cfg.distill) == "target":  # the cache covers the target's answers: generate them first
         target = freeze(load_model(target_final, cfg.model.attn_implementation)).to(device_for(cfg.trainer))
-        ensure_target_answers(AnswerSpec.of(cfg), splits["train"], target, tokenizer)
+        ensure_target_answers(answers, splits["train"], target, tokenizer)
     data = TaskDataModule(
         tokenizer,
-        training_splits(AnswerSpec.of(cfg), splits),
+        training_splits(answers, splits),
         batch_size=cfg.stage.batch_size,
         max_length=cfg.task.max_length,
         n_val=cfg.task.n_val,
@@ -52,7 +54,7 @@ def build_cache(cfg: DictConfig) -> Path:
         prompt_format=cfg.task.prompt_format,
     )
     encoded = data.train_set + data.val_set  # the training split and the validation examples
-    identity = cache_identity(paths.of(cfg), cfg.task, encoded)
+    identity = cache_identity(layout, cfg.task, encoded)
     if folder.exists() and not cfg.overwrite:
         try:
             TeacherCache(folder).check_identity(identity)
@@ -73,7 +75,7 @@ def build_cache(cfg: DictConfig) -> Path:
     write = partial(write_teacher_cache, target, encoded, folder, spec, identity, batch_size=cfg.stage.batch_size,
                     pad_id=tokenizer.pad_token_id)
     layers = head_feature_layers(cfg.distill, cfg.model, target)
-    features = paths.of(cfg).feature_cache_dir(layers) if layers else None
+    features = layout.feature_cache_dir(layers) if layers else None
     if features is None or features.exists():
         return write()
     print(f"[adaspec] feature cache: layers {layers} from the same forward, "

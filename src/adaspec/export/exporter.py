@@ -29,7 +29,8 @@ def trained_folder(draft: Path | None, overrides: list[str], stage: str = "draft
     if draft is not None:
         return draft
     cfg = checked_config(*overrides, f"stage={stage}", f"k={k}")
-    return paths.final(paths.of(cfg).draft_dir() if stage == "draft" else paths.of(cfg).ref_dir())
+    layout = paths.of(cfg)
+    return paths.final(layout.draft_dir() if stage == "draft" else layout.ref_dir())
 
 
 def default_target(draft_folder: Path) -> Path:

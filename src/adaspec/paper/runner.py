@@ -38,10 +38,11 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     """Run one step; False when its result already existed."""
     # training, the cache and evaluation are imported by the kind of step that needs them (--dry-run and
     # --collect-only load none of them)
+    layout = paths.of(cfg)
     if step.kind in ("train", "pretrain"):
         from adaspec.training.pipeline import run_stage
 
-        folder = stage_dir(paths.of(cfg))
+        folder = stage_dir(layout)
         if _interrupted(folder):
             cfg.resume = True
         elif (paths.final(folder) / "meta.json").is_file():
@@ -52,7 +53,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
     if step.kind == "cache":
         from adaspec.distill.cache_build import build_cache  # see above
 
-        existed = paths.of(cfg).teacher_cache_dir().exists()
+        existed = layout.teacher_cache_dir().exists()
         build_cache(cfg)  # checks the cache's identity when it exists
         return not existed
     if step.kind == "eval":
@@ -60,7 +61,7 @@ def execute(step: Step, cfg: DictConfig) -> bool:
         from adaspec.evaluation.report import RESULTS_JSON
         from adaspec.evaluation.run import results_dir, run_evaluation
 
-        existed = (results_dir(paths.of(cfg), cfg.decode, cfg.eval.name) / RESULTS_JSON).is_file()
+        existed = (results_dir(layout, cfg.decode, cfg.eval.name) / RESULTS_JSON).is_file()
         run_evaluation(cfg, progress=False)  # skips the same evaluation, refuses another in its folder
         return not existed or bool(cfg.overwrite)
     raise ValueError(f"unknown step kind {step.kind!r}")

@@ -12,6 +12,7 @@ from adaspec.artefacts import paths
 from adaspec.artefacts.store import Provenance, provenance
 from adaspec.data.target_answers import AnswerSpec
 from adaspec.stages.draft_init import InitSpec
+from adaspec.toolkit import device_for
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,11 @@ class StageRun:
 
     @classmethod
     def of(cls, cfg: DictConfig) -> StageRun:
-        return cls(paths.of(cfg), cfg.stage, cfg.model, cfg.task, cfg.distill, cfg.decode, cfg.get("pretrain"),
+        layout = paths.of(cfg)
+        answers = AnswerSpec(layout, cfg.model, cfg.task, cfg.distill, device_for(cfg.trainer))
+        return cls(layout, cfg.stage, cfg.model, cfg.task, cfg.distill, cfg.decode, cfg.get("pretrain"),
                    cfg.k, cfg.seed, cfg.target_seed, str(cfg.paths.models), str(cfg.trainer.precision),
-                   bool(cfg.overwrite), provenance(cfg, "draft_init"), AnswerSpec.of(cfg))
+                   bool(cfg.overwrite), provenance(cfg, "draft_init"), answers)
 
     @property
     def init_spec(self) -> InitSpec:

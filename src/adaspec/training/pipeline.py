@@ -112,7 +112,8 @@ def run_stage(cfg: DictConfig) -> Path:
     """Train the stage named by `cfg.stage.name` and return its `final/` artefact folder. `cfg` has been
     validated by the entry point; `trained` is what the stage really trains with (`resolve_stage_config`)."""
     trained, splits = resolve_stage_config(cfg)
-    layout = paths.of(trained)
+    run = StageRun.of(trained)  # what the stage's module reads
+    layout = run.layout
     stage, folder, wanted = trained.stage.name, stage_dir(layout), fingerprint(trained, trained.stage.name)
     if check_not_done(folder, wanted, resume=trained.resume, overwrite=trained.overwrite):
         say(f"[adaspec] {stage}: {paths.final(folder)} is up to date, skipping (overwrite=true retrains it)")
@@ -122,7 +123,6 @@ def run_stage(cfg: DictConfig) -> Path:
     check_stage_vocabularies(layout, trained.model, trained.paths.models, trained.get("pretrain"))
     pl.seed_everything(stage_seed(layout), workers=True, verbose=False)
 
-    run = StageRun.of(trained)  # what the stage's module reads
     data, more_upstream, corpus = build_data(run, splits)
     upstream.update(more_upstream)
     module = stage_module(run).build(run, data.tokenizer, data)
