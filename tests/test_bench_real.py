@@ -120,3 +120,19 @@ def test_tree_and_hybrid_rows_are_benched_beside_the_chains(tiny_trained, tmp_pa
             assert len(row["accept_at_depth"]) == 8
     with pytest.raises(UserError, match="--trees"):
         main(["--trees", "k2-d3", "--no-trained", *TINY, f"paths.root={cfg.paths.root}"])
+
+
+def test_draft_temperatures_add_sampled_rows_only(tiny_trained, tmp_path):
+    """--draft-temperatures: at temperature > 0 every row again with the drafts proposing at each temperature
+    (policy <policy>@dt<value>, its draft_temperature recorded); greedy rows are not repeated (it is unread)."""
+    cfg = tiny_trained()
+    reference = paths.final(paths.of(cfg).ref_dir())
+    payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0,1",
+                    "--no-adaptive", "--trees", "k2-d3-n6", "--draft-temperatures", "0.5", "--threads", "1",
+                    "--out", str(tmp_path), "--draft", str(reference), "baseline=[]", *TINY,
+                    f"paths.root={cfg.paths.root}"])
+    rows = {(r["temperature"], r["policy"]): r for r in payload["rows"]}
+    assert set(rows) == {(0.0, "fixed-2"), (0.0, "tree-k2-d3-n6"), (1.0, "fixed-2"), (1.0, "tree-k2-d3-n6"),
+                         (1.0, "fixed-2@dt0.5"), (1.0, "tree-k2-d3-n6@dt0.5")}
+    assert rows[(1.0, "fixed-2@dt0.5")]["draft_temperature"] == 0.5 and rows[(1.0, "fixed-2")]["draft_temperature"] is None
+    assert rows[(1.0, "tree-k2-d3-n6@dt0.5")]["expected_speedup"] > 0  # the tree's own verification cost was found

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 import random
 import statistics
@@ -104,10 +105,11 @@ def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) ->
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
-                    pad_id=None, target_only=None, warm_widths=(), trees=None, vllm_runs=None):
+                    pad_id=None, target_only=None, warm_widths=(), trees=None, vllm_runs=None, draft_temperatures=()):
     """Every draft (`drafts`: name -> Draft) under every policy against target-only at one temperature; a row
     per draft and policy, and per draft and tree shape (`trees`: row name -> TreeShape, decoded with trees no
-    deeper than the shape). Where HF can run a draft it also runs HF assisted generation at every fixed gamma
+    deeper than the shape). At temperature > 0 each of those again per `draft_temperatures` (the draft proposing
+    at that temperature: policy `<policy>@dt<value>`). Where HF can run a draft it also runs HF assisted generation at every fixed gamma
     (`hf_assisted/*` in its row). `vllm_runs` ({(draft, policy): (results, vLLM's counters)}, `vllm_rows`) add
     a row each, against the same fastest target-only run."""
     # imported here as in main: --help and argument errors answer before torch's model stack loads
@@ -125,6 +127,8 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         for draft_name, draft in drafts.items()
         for name, shape in (trees or {}).items()
     ]
+    entries += [dataclasses.replace(e, name=f"{e.name}@dt{t:g}", compare_hf=False, draft_temperature=t)
+                for t in (draft_temperatures if temperature > 0 else ()) for e in list(entries)]
     first = entries[0]  # every entry names its own policy and HF gamma: benchmark's defaults are not used
     m = benchmark(target, entries, prompts, make_policy=first.policy, gamma=first.hf_gamma or 1,
                   max_new_tokens=max_new_tokens, temperature=temperature, eos_token_id=stop, pad_token_id=pad_id,
@@ -147,6 +151,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
     rows = []
     for entry_name, results in m.speculative.items():
         draft_name, name = entry_name.split("/")
+        name, _, draft_temperature = name.partition("@dt")
         stats = aggregate(results, max_gamma=8)
         proposed = [b.proposed for r in results for b in r.blocks if b.proposed]
         gamma = statistics.mean(proposed) if proposed else 0
@@ -165,7 +170,8 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
                       "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
-            "temperature": temperature, "draft": draft_name, "policy": name, "mean_gamma": gamma,
+            "temperature": temperature, "draft": draft_name, "policy": entry_name.split("/")[1], "mean_gamma": gamma,
+            "draft_temperature": float(draft_temperature) if draft_temperature else None,
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "acceptance_length": stats["acceptance_length"],
             "accept_at_depth": [None if math.isnan(v) else v  # None: no block reached that depth
@@ -275,6 +281,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="a finished draft or reference folder (its final/) instead of draft-k<k>; repeat it "
                              "to bench several against the same target-only runs")
     parser.add_argument("--no-adaptive", action="store_true", help="the fixed gammas only")
+    parser.add_argument("--draft-temperatures", type=lambda s: [float(t) for t in s.split(",") if t], default=[],
+                        metavar="T,...", help="at temperature > 0, every row again with the drafts proposing at each "
+                        "of these temperatures (decode.draft_temperature)")
     parser.add_argument("--trees", type=lambda s: [x for x in s.split(",") if x], default=[],
                         help="draft-tree shapes decoded as rows of their own beside the chains, e.g. "
                              "k4-d4-n16,k4-d4-n16+lookup (adaspec.decoding.tree; +lookup: the hybrid)")
@@ -425,7 +434,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         payload["rows"] += run_temperature(target, drafts, prompts, stop, policies, temperature,
                                            args.max_new_tokens, costs, pad_id=tokenizer.pad_token_id,
                                            target_only=target_only, warm_widths=warm_widths, trees=trees,
-                                           vllm_runs=vllm if temperature == 0 else None)
+                                           vllm_runs=vllm if temperature == 0 else None,
+                                           draft_temperatures=args.draft_temperatures)
         write_json_atomically(out, payload, sort_keys=True)
     columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
                "speedup_vs_target", "speedup_vs_target_95", "speedup_vs_same_serving", "expected_speedup",

@@ -257,6 +257,9 @@ def _validate_decode(decode: DictConfig) -> None:
         _in_gamma_range(decode.gamma), "decode.gamma", decode.gamma, f"must be an integer in {low}..{high}"
     )
     _check(decode.temperature >= 0, "decode.temperature", decode.temperature, "must be >= 0")
+    draft_temperature = decode.get("draft_temperature")
+    _check(draft_temperature is None or draft_temperature > 0, "decode.draft_temperature", draft_temperature,
+           "must be > 0 (the temperature the draft proposes at), or null for decode.temperature")
     _check(decode.max_new_tokens >= 1, "decode.max_new_tokens", decode.max_new_tokens, "must be >= 1")
     _check(decode.adaptive_window >= 1, "decode.adaptive_window", decode.adaptive_window, "must be >= 1")
     threshold = decode.long_context_threshold

@@ -99,6 +99,7 @@ def speculative_generate(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     tree: TreeShape | None = None,
+    draft_temperature: float | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` after ``input_ids [1, T]`` with speculative decoding.
 
@@ -106,6 +107,9 @@ def speculative_generate(
     ``gamma_policy`` (`run_blocks`). ``generator`` (on the models' device) drives sampling when
     ``temperature > 0``. The output stays exact whatever the draft: the target verifies every token.
     ``tree``: the draft proposes a tree of this shape (`tree_block`; gamma caps its depth) instead of a chain.
+    ``draft_temperature`` (``temperature > 0`` only; None: ``temperature``): the temperature the draft proposes
+    at. Any proposal distribution keeps the output exact (a proposal is accepted with min(1, p/q) of the q it
+    was drawn from); one closer to the target's accepts more (a head trained briefly is flatter than the target).
     """
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
@@ -113,6 +117,7 @@ def speculative_generate(
         raise ValueError(f"decode.tree: a {draft.kind} draft cannot rank alternatives; use decode.tree=off")
     if tree is not None:
         draft = hybrid.for_shape(draft, tree)
+    proposal_temperature = temperature if temperature == 0 or draft_temperature is None else draft_temperature
     start = time.perf_counter()
     target = as_served(target)
     width = draft.verify_width(target.config.vocab_size)
@@ -129,7 +134,7 @@ def speculative_generate(
     def block(gamma: int, emitted: int) -> tuple[int, int, list[int]]:
         nonlocal context
         # 1. The draft proposes up to gamma tokens.
-        proposals, draft_probs = session.propose(context, gamma, temperature, generator)
+        proposals, draft_probs = session.propose(context, gamma, proposal_temperature, generator)
 
         # 2. The target scores every proposal in one forward over [last context token, d_1..d_n].
         target_ids = torch.cat([context[-1:], proposals]).view(1, -1)
@@ -159,7 +164,7 @@ def speculative_generate(
     def tree_block(gamma: int, emitted: int) -> tuple[int, int, list[int]]:
         nonlocal context
         # 1. The draft proposes a tree no deeper than gamma.
-        proposal = session.propose_tree(context, tree.capped(gamma), temperature, generator)
+        proposal = session.propose_tree(context, tree.capped(gamma), proposal_temperature, generator)
 
         # 2. The target scores every node in one forward over [last context token, nodes], a tree mask.
         target_logits, features = target.verify_tree(context[-1:], proposal, target_cache, layers)

@@ -37,6 +37,7 @@ class Entry:
     policy: Callable[[], Policy] | None = None  # this entry's gamma policy instead of benchmark's make_policy
     hf_gamma: int | None = None  # this entry's HF assisted gamma instead of benchmark's gamma
     tree: TreeShape | None = None  # decode this entry with draft trees of this shape (its policy caps their depth)
+    draft_temperature: float | None = None  # temperature > 0: the draft proposes at this one (None: benchmark's)
 
 
 @dataclass
@@ -73,6 +74,7 @@ def benchmark(
     desc: str = "evaluate",
     target_only: dict[str, Served] | None = None,
     warm_widths: list[int] = (),
+    draft_temperature: float | None = None,
 ) -> Measurements:
     """Generate from every prompt ([1, T] on the models' device) with each method; see the module docstring.
 
@@ -81,6 +83,8 @@ def benchmark(
     an entry names its own (`Entry.policy`, `Entry.hf_gamma`: one draft under several policies). With `temperature > 0` every method samples, from a generator seeded with `seed` + the
     prompt's index. `target_only`: the target in other serving configurations, timed target-only beside it.
     `warm_widths`: the step widths a compiled target compiles before anything runs (one token for `target_only`).
+    `draft_temperature`: the temperature our engine's drafts propose at when `temperature > 0` (None: the target's;
+    `speculative_generate`), unless an entry names its own.
     """
     device = prompts[0].device
     target = as_served(target)
@@ -109,7 +113,7 @@ def benchmark(
         return speculative_generate(target, entry.draft, ids, gamma_policy=(entry.policy or make_policy)(),
                                     max_new_tokens=max_new_tokens,
                                     eos_token_id=eos_token_id, temperature=temperature, generator=generator(i),
-                                    tree=entry.tree)
+                                    tree=entry.tree, draft_temperature=entry.draft_temperature or draft_temperature)
 
     def run_hf(draft: Entry, ids: Tensor, i: int) -> GenerationResult:
         torch.manual_seed(seed + i)  # HF samples from the global generator

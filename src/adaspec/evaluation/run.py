@@ -79,6 +79,8 @@ from adaspec.toolkit import device_for
 def setting_name(decode: DictConfig) -> str:
     """Subfolder of one decode setting: `greedy-g5`, `greedy-adaptive-g5`, `t0.7-g5`, ..."""
     mode = "greedy" if decode.temperature == 0 else f"t{decode.temperature:g}"
+    if decode.temperature > 0 and decode.get("draft_temperature") is not None:
+        mode += f"-dt{decode.draft_temperature:g}"
     policy = str(getattr(decode.policy, "value", decode.policy))
     return f"{mode}{'' if policy == 'fixed' else '-' + policy}-g{decode.gamma}"
 
@@ -256,6 +258,7 @@ def acceptance_vs_gamma(
                 temperature=decode.temperature,
                 generator=torch.Generator(device=ids.device).manual_seed(run.seed + i),
                 tree=tree,
+                draft_temperature=decode.get("draft_temperature"),
             )
             for i, ids in enumerate(subset)
         ]
@@ -449,7 +452,7 @@ def chosen_trees(run: EvalSettings, target: Served, entries: list[Entry], tokeni
         chosen[entry.name], tables[entry.name] = choose_tree(
             target, entry.draft, prompts, outputs, gamma=int(run.decode.gamma), shapes=shapes,
             max_new_tokens=max_new, eos_token_id=eos, target_s=target_s, temperature=float(run.decode.temperature),
-            seed=int(run.seed))
+            seed=int(run.seed), draft_temperature=run.decode.get("draft_temperature"))
     return chosen, tables
 
 
@@ -513,6 +516,7 @@ def run_evaluation(cfg: DictConfig, progress: bool = True) -> dict[str, Any]:
         progress=progress,
         target_only=target_only,
         warm_widths=sorted({1, decode.gamma + 1, *(g + 1 for g in cfg.eval.gammas)}),
+        draft_temperature=decode.get("draft_temperature"),
     )
     untimed = prompts[timed:]  # greedy: the target's output there is all the replay needs
     measurements.target += [

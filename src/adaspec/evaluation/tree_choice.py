@@ -67,14 +67,14 @@ def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
 def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[int]], *, gamma: int,
                 shapes: list[TreeShape], max_new_tokens: int, eos_token_id: int | None,
                 target_s: dict[tuple, float] | None = None, temperature: float = 0.0,
-                seed: int = 0) -> tuple[TreeShape | None, dict[str, Any]]:
+                seed: int = 0, draft_temperature: float | None = None) -> tuple[TreeShape | None, dict[str, Any]]:
     """(the shape with the highest expected speed-up, or None for the chain of `gamma`; the table of candidates).
 
     `target` is the target as it serves (`Served`; a plain model runs eager), `outputs[i]` its greedy tokens after
     `prompts[i]` (the calibration prompts). `target_s`: the target's timed calls (its step, the chain's verification,
     a tree's by node count and the draft's target layers), shared between the drafts of one evaluation: each is
     timed once, when a draft first needs it. `temperature` > 0: tau from sampled decoding (`seed`), module
-    docstring."""
+    docstring, the draft proposing at `draft_temperature` (None: `temperature`)."""
     target, target_s = as_served(target), {} if target_s is None else target_s
     width = draft.verify_width(target.config.vocab_size)
     # the calls are timed mid-generation: after the first prompt and its output
@@ -98,7 +98,8 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
         generator = torch.Generator(device=prompts[0].device).manual_seed(seed)
         return _tau([speculative_generate(target, draft, ids, gamma_policy=FixedGamma(shape.reach if shape else gamma),
                                           max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                                          temperature=temperature, generator=generator, tree=shape)
+                                          temperature=temperature, generator=generator, tree=shape,
+                                          draft_temperature=draft_temperature)
                      for ids in prompts])
 
     def tau_of(shape: TreeShape | None, results: list[GenerationResult]) -> float:
@@ -135,5 +136,7 @@ def choose_tree(target, draft: Draft, prompts: list[Tensor], outputs: list[list[
                              "expected_speedup": expected(tau, block_s + verify_s)}
     best = max(table, key=lambda name: table[name]["expected_speedup"])
     tau_from = "greedy replay" if temperature == 0 else f"sampled decoding at temperature {temperature:g}, seed {seed}"
+    if temperature > 0 and draft_temperature is not None:
+        tau_from += f", the draft at temperature {draft_temperature:g}"
     return (None if best == CHAIN else TreeShape.parse(best)), {"chosen": best, "prompts": len(prompts),
                                                                 "tau_from": tau_from, "candidates": table}

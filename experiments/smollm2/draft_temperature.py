@@ -1,0 +1,97 @@
+"""How much of the target's temperature-1 distribution a trained head covers, and at which draft temperature.
+
+    .venv/bin/python experiments/smollm2/draft_temperature.py <head's final folder> [--taus 0.6,0.8,1,1.2]
+
+Speculative sampling accepts a token drawn from the draft's q with probability min(1, p/q), so one proposal is
+accepted with probability sum_x min(p(x), q(x)) = 1 - TV(p, q), whatever q is: q may be the head's distribution
+at another temperature than the target's and the decoding stays exact. This script measures that overlap on
+`make demo-real`'s validation answers (the target's greedy answers to 64 held-out training problems), per pass of
+the training-time test (pass k: the k-th proposal of a block), against the target's temperature-1 distribution as
+the teacher cache holds it (top-64 log-probabilities): the overlap over the top 64 is a lower bound of the whole.
+Also: the target's mass outside the head's 8,192-token support (never acceptable), and the share of positions
+where the head's argmax is the target's (greedy acceptance of that pass on these contexts).
+
+Contexts are the target's own greedy text, not its samples: the numbers rank draft temperatures, they are not
+the decoding's alpha. Writes a JSON beside the head's metrics when `--out` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+
+DEMO_REAL = ["stage=ref", "model=smollm2", "task=gsm8k", "task.local_dir=../shared/data/gsm8k", "task.n_train=7409",
+             "task.n_val=64", "distill.data=target", "distill.teacher=cache", "distill.cache_mode=topk",
+             "pretrain=none", "model.draft_kind=eagle3", "distill.ttt_passes=3", "trainer.precision=bf16-mixed"]
+
+
+def overlaps(head_folder: str, taus: list[float], extra: list[str]) -> dict:
+    from adaspec.distill.tokens import answer_mask
+    from adaspec.drafts import load_draft
+    from adaspec.stages import stage_module
+    from adaspec.stages.stage_run import StageRun
+    from adaspec.toolkit import checked_config
+    from adaspec.training.pipeline import build_data, resolve_stage_config
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    cfg, splits = resolve_stage_config(checked_config(*DEMO_REAL, *extra))
+    run = StageRun.of(cfg)
+    data, _, _ = build_data(run, splits)
+    module = stage_module(run).build(run, data.tokenizer, data)
+    module.on_fit_start()
+    trained = load_draft(head_folder, "sdpa")
+    module.draft.model.load_state_dict(trained.model.state_dict())
+    module.draft.model.eval()
+    t2d = trained.vocab.target_to_draft
+    data.setup("fit")
+    passes = int(cfg.distill.ttt_passes)
+    sums = {"tokens": 0, "outside": 0.0, "argmax": [0] * passes,
+            "overlap": {str(t): [0.0] * passes for t in taus}}
+    for batch in data.val_dataloader():
+        mask = answer_mask(batch["labels"])
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            top_logp, top_ids, _rest = module.teacher.signal(batch, mask).payload
+            logits_per_pass: list[torch.Tensor] = []
+
+            def keep(logits: torch.Tensor, into: list = logits_per_pass) -> torch.Tensor:
+                into.append(logits.float())
+                return torch.zeros(logits.shape[0])
+
+            module.draft.answer_divergence(batch, mask, keep, passes)
+        p = top_logp.float().exp()
+        draft_ids = t2d[top_ids]
+        inside = draft_ids >= 0
+        sums["tokens"] += p.shape[0]
+        sums["outside"] += float((p * ~inside).sum())
+        for k, logits in enumerate(logits_per_pass):
+            sums["argmax"][k] += int((logits.argmax(-1) == draft_ids[:, 0]).sum())
+            for tau in taus:
+                q = torch.softmax(logits / tau, dim=-1)
+                q_at = torch.where(inside, q.gather(1, draft_ids.clamp_min(0)), torch.zeros_like(p))
+                sums["overlap"][str(tau)][k] += float(torch.minimum(p, q_at).sum())
+    n = sums["tokens"]
+    return {"head": head_folder, "tokens": n, "target_mass_outside_support": sums["outside"] / n,
+            "argmax_match_per_pass": [a / n for a in sums["argmax"]],
+            "overlap_top64_per_pass": {t: [v / n for v in vs] for t, vs in sums["overlap"].items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("head")
+    parser.add_argument("--taus", default="0.5,0.7,0.8,0.9,1,1.1,1.3")
+    parser.add_argument("--out")
+    args, extra = parser.parse_known_args()
+    result = overlaps(args.head, [float(t) for t in args.taus.split(",")], extra)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
