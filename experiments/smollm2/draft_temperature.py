@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+TREE_K = 4
 DEMO_REAL = ["stage=ref", "model=smollm2", "task=gsm8k", "task.local_dir=../shared/data/gsm8k", "task.n_train=7409",
              "task.n_val=64", "distill.data=target", "distill.teacher=cache", "distill.cache_mode=topk",
              "pretrain=none", "model.draft_kind=eagle3", "distill.ttt_passes=3", "trainer.precision=bf16-mixed"]
@@ -73,10 +74,37 @@ def overlaps(head_folder: str, taus: list[float], extra: list[str]) -> dict:
                 q = torch.softmax(logits / tau, dim=-1)
                 q_at = torch.where(inside, q.gather(1, draft_ids.clamp_min(0)), torch.zeros_like(p))
                 sums["overlap"][str(tau)][k] += float(torch.minimum(p, q_at).sum())
+                if k == 0:
+                    for name, value in first_level(p, draft_ids, q, TREE_K).items():
+                        sums.setdefault(name, {}).setdefault(str(tau), 0.0)
+                        sums[name][str(tau)] += float(value.sum())
     n = sums["tokens"]
     return {"head": head_folder, "tokens": n, "target_mass_outside_support": sums["outside"] / n,
             "argmax_match_per_pass": [a / n for a in sums["argmax"]],
-            "overlap_top64_per_pass": {t: [v / n for v in vs] for t, vs in sums["overlap"].items()}}
+            "overlap_top64_per_pass": {t: [v / n for v in vs] for t, vs in sums["overlap"].items()},
+            **{name: {t: v / n for t, v in by_tau.items()} for name, by_tau in sums.items()
+               if name.startswith("first_level")}}
+
+
+def first_level(p: torch.Tensor, draft_ids: torch.Tensor, q: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+    """[N] probability that a tree's first level is accepted at temperature > 0 (recursive rejection sampling,
+    siblings tried in order), from the target's top-64 `p [N, 64]` at draft ids `draft_ids` (-1 outside the
+    support) and the head's `q [N, support]`: `k` deterministic picks (the head's top k: the target's mass on
+    them), and one child sampled from q tried first, then the head's top k-1 other tokens (after the sampled
+    child's rejection the target's residual is norm(max(0, p - q)), whichever token was rejected)."""
+    top_q, top = q.topk(k, dim=-1)  # [N, k]
+    p_on = torch.zeros_like(q)
+    p_on.scatter_add_(1, draft_ids.clamp_min(0), torch.where(draft_ids >= 0, p, torch.zeros_like(p)))
+    deterministic = p_on.gather(1, top).sum(-1)
+    overlap = torch.minimum(p_on, q).sum(-1)
+    residual = (p_on - q).clamp_min(0) / (1 - overlap).clamp_min(1e-9).unsqueeze(-1)
+    r_top = residual.gather(1, top)  # [N, k]
+    rejected = q * (1 - torch.minimum(torch.ones_like(q), p_on / q.clamp_min(1e-30)))  # q(x) (1 - a(x))
+    rejected_top = rejected.gather(1, top)
+    outside_top = rejected.sum(-1) - rejected_top.sum(-1)  # x outside the top k: the top k-1 follow
+    after_top = r_top.sum(-1, keepdim=True) - r_top  # x = the j-th of the top k: the other k-1 follow
+    sampled_first = overlap + (rejected_top * after_top).sum(-1) + outside_top * r_top[:, : k - 1].sum(-1)
+    return {f"first_level_top{k}": deterministic, f"first_level_sampled_then_top{k - 1}": sampled_first}
 
 
 def main() -> None:
