@@ -47,7 +47,7 @@ def _seconds(call) -> float:
     return time.perf_counter() - started
 
 
-def measure(stage: str, steps: int, extra: list[str]) -> dict:
+def measure(stage: str, steps: int, extra: list[str], compile_layer: bool = False) -> dict:
     from adaspec.stages import stage_module
     from adaspec.stages.stage_run import StageRun
     from adaspec.toolkit import checked_config
@@ -63,6 +63,9 @@ def measure(stage: str, steps: int, extra: list[str]) -> dict:
     data.setup("fit")
     batches = iter(data.train_dataloader())
     optimizer = torch.optim.AdamW(module.student.parameters(), lr=cfg.stage.lr, weight_decay=cfg.stage.weight_decay)
+    if compile_layer:  # what inductor's fused kernels would buy: the head's decoder layer compiled, shapes dynamic
+        head = module.draft.model
+        head.midlayer = torch.compile(head.midlayer, dynamic=True)
 
     def step(batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -71,47 +74,57 @@ def measure(stage: str, steps: int, extra: list[str]) -> dict:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    chosen = [next(batches) for _ in range(steps + 1)]
+    for batch in chosen[: 3 if compile_layer else 1]:  # warm-up (compiled: the graphs and their dynamic shapes)
+        step(batch)
     log = []
-    for i in range(steps + 1):
-        batch = next(batches)
-        counter = FlopCounterMode(display=False)
-        with counter:
+    for i, batch in enumerate(chosen[1:], start=1):
+        flops = None
+        if not compile_layer:  # the counter does not see inside compiled graphs: counted on the eager code only
+            counter = FlopCounterMode(display=False)
+            with counter:
+                step(batch)
+            flops = counter.get_total_flops()
+        else:  # the same untimed pass before the timed one
             step(batch)
         seconds = _seconds(lambda b=batch: step(b))
-        flops = counter.get_total_flops()
-        if i > 0:  # the first step warms up
-            log.append({"seconds": seconds, "flops": flops, "tokens": int(batch["attention_mask"].sum()),
-                        "shape": list(batch["input_ids"].shape)})
-        print(f"step {i}: {seconds:.2f} s, {flops / 1e9:.1f} GFLOP, {flops / seconds / 1e9:.0f} GFLOP/s", flush=True)
+        log.append({"seconds": seconds, "flops": flops, "tokens": int(batch["attention_mask"].sum()),
+                    "shape": list(batch["input_ids"].shape)})
+        rate = "" if flops is None else f", {flops / 1e9:.1f} GFLOP, {flops / seconds / 1e9:.0f} GFLOP/s"
+        print(f"step {i}: {seconds:.2f} s{rate}", flush=True)
     hidden, inter = module.draft.model.config.hidden_size, module.draft.model.config.intermediate_size
     support = module.draft.model.config.draft_vocab_size
     rows = 8 * 256  # about a batch's answer windows
     shapes = [(rows, 2 * hidden, hidden), (rows, hidden, inter), (rows, inter, hidden), (rows, hidden, support),
               (rows, support, hidden), (hidden, rows, support)]
     rates = gemm_rate(shapes)
-    achieved = sum(s["flops"] for s in log) / sum(s["seconds"] for s in log) / 1e9
+    achieved = None if compile_layer else sum(s["flops"] for s in log) / sum(s["seconds"] for s in log) / 1e9
     return {"overrides": overrides, "steps": log, "step_gflop_per_s": achieved,
             "step_seconds_median": statistics.median(s["seconds"] for s in log),
             "tokens_per_s": sum(s["tokens"] for s in log) / sum(s["seconds"] for s in log),
             "gemm_gflop_per_s": rates, "best_gemm_gflop_per_s": max(rates.values()),
-            "headroom": max(rates.values()) / achieved}
+            "headroom": None if achieved is None else max(rates.values()) / achieved}
 
 
 def main() -> None:
     args = sys.argv[1:]
     extra = args[args.index("--") + 1:] if "--" in args else []
     args = args[: args.index("--")] if "--" in args else args
+    compile_layer = "--compile" in args
+    args = [a for a in args if a != "--compile"]
     stage = args[0] if args else "ref"
     steps = int(args[1]) if len(args) > 1 else 4
     from adaspec.machine import describe_machine
 
     result = {"command": "python experiments/smollm2/head_step_flops.py " + " ".join(sys.argv[1:]),
-              "machine": describe_machine(), **measure(stage, steps, extra)}
-    out = Path("bench/results") / f"head-step-flops-{stage}.json"
+              "machine": describe_machine(), "compiled_decoder_layer": compile_layer,
+              **measure(stage, steps, extra, compile_layer)}
+    out = Path("bench/results") / f"head-step-flops-{stage}{'-compiled' if compile_layer else ''}.json"
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"the step: {result['step_gflop_per_s']:.0f} GFLOP/s ({result['tokens_per_s']:.0f} tokens/s); bfloat16 "
-          f"matrix products of its shapes here: up to {result['best_gemm_gflop_per_s']:.0f} GFLOP/s "
-          f"({result['headroom']:.2f}x the step's rate); wrote {out}")
+    rate = "" if result["step_gflop_per_s"] is None else f"{result['step_gflop_per_s']:.0f} GFLOP/s, "
+    print(f"the step: {rate}{result['tokens_per_s']:.0f} tokens/s, median {result['step_seconds_median']:.2f} s; "
+          f"bfloat16 matrix products of its shapes here: up to {result['best_gemm_gflop_per_s']:.0f} GFLOP/s; "
+          f"wrote {out}")
 
 
 if __name__ == "__main__":
