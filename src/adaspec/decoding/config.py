@@ -37,8 +37,8 @@ class DecodeConfig:
     gamma: int = 5  # draft tokens per block: fixed, the adaptive base, the hf start (1..32)
     temperature: float = 0.0  # 0: greedy verification; > 0: sampling with the standard rejection rule
     # temperature > 0: the temperature the draft proposes at (null: `temperature`). Exact whatever it is (a proposal
-    # is accepted with min(1, p/q) of the q it was drawn from); a briefly trained head, flatter than the target,
-    # is accepted more often sharpened (experiments/smollm2/README.md, "The draft's temperature")
+    # is accepted with min(1, p/q) of the q it was drawn from); it pays where the draft is flatter or sharper than
+    # the target on the text decoded (demo-real's head was not: experiments/smollm2/README.md, "The draft's temperature")
     draft_temperature: float | None = None
     max_new_tokens: int = 128
     adaptive_window: int = 8  # policy=adaptive: blocks in the rejection-rate window

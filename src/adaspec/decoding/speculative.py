@@ -109,7 +109,7 @@ def speculative_generate(
     ``tree``: the draft proposes a tree of this shape (`tree_block`; gamma caps its depth) instead of a chain.
     ``draft_temperature`` (``temperature > 0`` only; None: ``temperature``): the temperature the draft proposes
     at. Any proposal distribution keeps the output exact (a proposal is accepted with min(1, p/q) of the q it
-    was drawn from); one closer to the target's accepts more (a head trained briefly is flatter than the target).
+    was drawn from); one closer to the target's distribution accepts more.
     """
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids must have shape [1, T], got {tuple(input_ids.shape)}")
