@@ -15,7 +15,6 @@ against that rate, say how much faster the same arithmetic could run here: a spe
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_head_step import DEMO_REAL  # noqa: E402
+from profile_head_step import stage_for_steps  # noqa: E402
 
 RECIPE = ["stage.batch_size=8", "stage.group_by_length=4", "task.n_train=7409"]  # the Makefile's HEAD_STAGE, EAGLE3
 
@@ -48,21 +47,7 @@ def _seconds(call) -> float:
 
 
 def measure(stage: str, steps: int, extra: list[str], compile_layer: bool = False) -> dict:
-    from adaspec.stages import stage_module
-    from adaspec.stages.stage_run import StageRun
-    from adaspec.toolkit import checked_config
-    from adaspec.training.pipeline import build_data, resolve_stage_config
-
-    overrides = [f"stage={stage}", *(["k=0.4"] if stage == "draft" else []), *DEMO_REAL, *RECIPE, *extra]
-    torch.set_num_threads(os.cpu_count() or 1)
-    cfg, splits = resolve_stage_config(checked_config(*overrides))
-    run = StageRun.of(cfg)
-    data, _, _ = build_data(run, splits)
-    module = stage_module(run).build(run, data.tokenizer, data)
-    module.on_fit_start()
-    data.setup("fit")
-    batches = iter(data.train_dataloader())
-    optimizer = torch.optim.AdamW(module.student.parameters(), lr=cfg.stage.lr, weight_decay=cfg.stage.weight_decay)
+    overrides, module, batches, optimizer = stage_for_steps(stage, [*RECIPE, *extra])
     if compile_layer:  # what inductor's fused kernels would buy: the head's decoder layer compiled, shapes dynamic
         head = module.draft.model
         head.midlayer = torch.compile(head.midlayer, dynamic=True)

@@ -143,7 +143,9 @@ def timed_method(owner, method: str, label: str, parts: Parts) -> None:
     setattr(owner, method, timed)
 
 
-def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
+def stage_for_steps(stage: str, extra: list[str]):
+    """demo-real's stage 2 (`ref`) or stage 3 (`draft`, k=0.4) with `extra` overrides, ready to step by hand: (its
+    overrides, the stage module, the training loader's batches, AdamW over the student as the stage configures it)."""
     from adaspec.stages import stage_module
     from adaspec.stages.stage_run import StageRun
     from adaspec.toolkit import checked_config
@@ -157,8 +159,12 @@ def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
     module = stage_module(run).build(run, data.tokenizer, data)
     module.on_fit_start()
     data.setup("fit")
-    batches = iter(data.train_dataloader())
     optimizer = torch.optim.AdamW(module.student.parameters(), lr=cfg.stage.lr, weight_decay=cfg.stage.weight_decay)
+    return overrides, module, iter(data.train_dataloader()), optimizer
+
+
+def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
+    overrides, module, batches, optimizer = stage_for_steps(stage, extra)
     sampler = Sampler() if memory else None
     if sampler:
         sampler.start()
