@@ -75,15 +75,25 @@ def overlaps(head_folder: str, taus: list[float], extra: list[str]) -> dict:
                 q_at = torch.where(inside, q.gather(1, draft_ids.clamp_min(0)), torch.zeros_like(p))
                 sums["overlap"][str(tau)][k] += float(torch.minimum(p, q_at).sum())
                 if k == 0:
-                    for name, value in first_level(p, draft_ids, q, TREE_K).items():
-                        sums.setdefault(name, {}).setdefault(str(tau), 0.0)
-                        sums[name][str(tau)] += float(value.sum())
+                    add_first_level(sums, tau, first_level(p, draft_ids, q, TREE_K))
     n = sums["tokens"]
     return {"head": head_folder, "tokens": n, "target_mass_outside_support": sums["outside"] / n,
             "argmax_match_per_pass": [a / n for a in sums["argmax"]],
             "overlap_top64_per_pass": {t: [v / n for v in vs] for t, vs in sums["overlap"].items()},
-            **{name: {t: v / n for t, v in by_tau.items()} for name, by_tau in sums.items()
-               if name.startswith("first_level")}}
+            **first_level_means(sums, n)}
+
+
+def add_first_level(sums: dict, tau: float, levels: dict[str, torch.Tensor]) -> None:
+    """Adds `first_level`'s per-position values to `sums[<its name>][<tau>]`."""
+    for name, value in levels.items():
+        by_tau = sums.setdefault(name, {})
+        by_tau[str(tau)] = by_tau.get(str(tau), 0.0) + float(value.sum())
+
+
+def first_level_means(sums: dict, n: int) -> dict[str, dict[str, float]]:
+    """`add_first_level`'s sums over `n` positions: the mean per name and draft temperature."""
+    return {name: {t: v / n for t, v in by_tau.items()} for name, by_tau in sums.items()
+            if name.startswith("first_level")}
 
 
 def first_level(p: torch.Tensor, draft_ids: torch.Tensor, q: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
@@ -113,12 +123,16 @@ def main() -> None:
     parser.add_argument("--taus", default="0.5,0.7,0.8,0.9,1,1.1,1.3")
     parser.add_argument("--out")
     args, extra = parser.parse_known_args()
-    result = overlaps(args.head, [float(t) for t in args.taus.split(",")], extra)
+    report(overlaps(args.head, [float(t) for t in args.taus.split(",")], extra), args.out)
+
+
+def report(result: dict, out: str | None) -> None:
+    """Prints `result` as JSON, and writes it to `out` when given."""
     text = json.dumps(result, indent=1)
     print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Also the same for a tree's first level (`draft_temperature.first_level`). Writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from draft_temperature import TREE_K, first_level  # noqa: E402
+from draft_temperature import TREE_K, add_first_level, first_level, first_level_means, report  # noqa: E402
 
 TARGET = "outputs/gsm8k/smollm2/seed0/target/final"
 
@@ -64,15 +63,12 @@ def overlaps(head_folder: str, prompts: int, taus: list[float], max_new_tokens: 
         for tau in taus:
             q = torch.softmax(q_logits / tau, dim=-1)
             sums["overlap"][str(tau)] += float(torch.minimum(p_on, q).sum())
-            for name, value in first_level(top_p, top_ids, q, TREE_K).items():
-                sums.setdefault(name, {}).setdefault(str(tau), 0.0)
-                sums[name][str(tau)] += float(value.sum())
+            add_first_level(sums, tau, first_level(top_p, top_ids, q, TREE_K))
         print(f"prompt {i}: {len(sample)} tokens", flush=True)
     n = sums["positions"]
     return {"head": head_folder, "prompts": prompts, "positions": n,
             "overlap": {t: v / n for t, v in sums["overlap"].items()},
-            **{name: {t: v / n for t, v in by_tau.items()} for name, by_tau in sums.items()
-               if name.startswith("first_level")}}
+            **first_level_means(sums, n)}
 
 
 def main() -> None:
@@ -83,12 +79,7 @@ def main() -> None:
     parser.add_argument("--taus", default="0.6,0.8,1,1.2,1.4")
     parser.add_argument("--out")
     args = parser.parse_args()
-    result = overlaps(args.head, args.prompts, [float(t) for t in args.taus.split(",")], args.max_new_tokens)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    report(overlaps(args.head, args.prompts, [float(t) for t in args.taus.split(",")], args.max_new_tokens), args.out)
 
 
 if __name__ == "__main__":
