@@ -148,10 +148,11 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         return [{"prompt": i, **first_divergence(target, prompts[i], b.tokens, r.tokens)}
                 for i, (r, b) in enumerate(zip(results, m.target, strict=True)) if r.tokens != b.tokens]
 
+    draft_temperature = {e.name: e.draft_temperature for e in entries}
     rows = []
     for entry_name, results in m.speculative.items():
-        draft_name, name = entry_name.split("/")
-        name, _, draft_temperature = name.partition("@dt")
+        draft_name, policy = entry_name.split("/")
+        name = policy.partition("@dt")[0]  # the chain's or the tree's, which the costs are keyed by
         stats = aggregate(results, max_gamma=8)
         proposed = [b.proposed for r in results for b in r.blocks if b.proposed]
         gamma = statistics.mean(proposed) if proposed else 0
@@ -170,8 +171,8 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
                       "hf_assisted/greedy_mismatches": mismatches(hf)}
         rows.append({
             **hf_row,
-            "temperature": temperature, "draft": draft_name, "policy": entry_name.split("/")[1], "mean_gamma": gamma,
-            "draft_temperature": float(draft_temperature) if draft_temperature else None,
+            "temperature": temperature, "draft": draft_name, "policy": policy, "mean_gamma": gamma,
+            "draft_temperature": draft_temperature[entry_name],
             "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "acceptance_length": stats["acceptance_length"],
             "accept_at_depth": [None if math.isnan(v) else v  # None: no block reached that depth
