@@ -92,29 +92,62 @@ def recorded(monkeypatch):
     return events
 
 
-def test_collect_each_runs_a_group_one_task_at_a_time_and_collects_the_whole_group_after_each(recorded):
+def test_collect_each_runs_a_group_one_task_at_a_time_and_collects_the_whole_group_after_each(recorded, tmp_path):
     group = list(GROUPS["smollm2_gsm8k_capacity"])
-    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0", "--collect-each"])
+    results = ["--results", str(tmp_path)]
+    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0", "--collect-each", *results])
     assert recorded == [event for name in group for event in (("run", [name]), ("collect", group))]
 
     recorded.clear()  # the controls: all at once, collected once; part of the plan, never collected
-    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0"])
+    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0", *results])
     assert recorded == [("run", ["several"]), ("collect", group)]
     recorded.clear()
-    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0", "--ks", "1"])
+    paper_command.main(["--tasks", "smollm2_gsm8k_capacity", "--seeds", "0", "--ks", "1", *results])
     assert [kind for kind, _ in recorded] == ["run"]
 
 
 def test_a_reused_task_is_collected_with_its_group_but_never_run(recorded, tmp_path):
     full_data = CAPACITY[0].name  # the stage-0 data group's full-data point is the capacity experiment's h128
     args = ["--tasks", STAGE0_GROUP, "--seeds", "0", "--no-sweeps", "--collect-each",
-            "--reuse", f"{full_data}=experiments/results/smollm2-gsm8k-capacity/seed0"]
+            "--reuse", f"{full_data}=experiments/results/smollm2-gsm8k-capacity/seed0", "--results", str(tmp_path)]
     assert paper_command.parse_args(args).reuse == {full_data: Path("experiments/results/smollm2-gsm8k-capacity/seed0")}
     paper_command.main(args)
     group = list(GROUPS[STAGE0_GROUP])
     ran = [names[0] for kind, names in recorded if kind == "run"]
     assert ran == [name for name in group if name != full_data]
     assert recorded.count(("collect", group)) == 3
+
+
+def test_a_collection_that_would_drop_another_groups_summary_is_refused_before_anything_runs(recorded, tmp_path, capsys):
+    head = ["--tasks", "smollm2_gsm8k_head", "--seeds", "0", "--no-sweeps"]
+
+    def refused(*args: str) -> str:
+        with pytest.raises(SystemExit) as exit_:
+            paper_command.main([*head, *args])
+        assert exit_.value.code == 2
+        return capsys.readouterr().err
+
+    said = refused()  # the default folder holds the tiny model's paper summary
+    assert ("error: experiments/results/summary.json summarises gsm8k, mbpp, which collecting --tasks "
+            "smollm2_gsm8k_head there would drop: pass --results") in said
+    tiny_summary = tmp_path / "tiny" / "summary.json"
+    tiny_summary.parent.mkdir()
+    tiny_summary.write_text(json.dumps({"gsm8k": {}, "mbpp": {}, "sweeps": {}}))
+    assert "summarises gsm8k, mbpp," in refused("--results", str(tiny_summary.parent))
+    assert recorded == [] and json.loads(tiny_summary.read_text())["gsm8k"] == {}  # nothing ran, nothing rewritten
+
+    own = tmp_path / "head" / "summary.json"  # the controls: the group's own folder, its temperature-1 rows too ...
+    own.parent.mkdir()
+    own.write_text(json.dumps({"smollm2_gsm8k_head": {}, "smollm2_gsm8k_head t=1": {}, "sweeps": {}}))
+    paper_command.main([*head, "--results", str(own.parent)])
+    assert recorded == [("run", ["smollm2_gsm8k_head"]), ("collect", ["smollm2_gsm8k_head"])]
+    recorded.clear()  # ... every task of the summary and more; part of the plan, which collects nothing
+    paper_command.main(["--tasks", "gsm8k", "mbpp", "smollm2_gsm8k_head", "--seeds", "0", "--no-sweeps",
+                        "--collect-only", "--results", str(tiny_summary.parent)])
+    assert recorded == [("collect", ["gsm8k", "mbpp", "smollm2_gsm8k_head"])]
+    recorded.clear()
+    paper_command.main([*head, "--ks", "1", "--results", str(tiny_summary.parent)])
+    assert [kind for kind, _ in recorded] == ["run"]
 
 
 def evaluation(results: Path, task: str, seed: int, alpha: float) -> Path:

@@ -163,6 +163,26 @@ def _settings_changed(step, extra: list[str], kept: dict[str, Any], path: Path) 
     return differences(recorded, evaluation_identity(config, recorded["device"], None))
 
 
+def check_results_folder(results: Path, task_names: list[str]) -> None:
+    """Refuse, before anything runs, a collection that would rewrite another group's summary: `summary.json`
+    in `results` summarising tasks this run does not collect (each group keeps its own folder)."""
+    summary = results / "summary.json"
+    if not summary.is_file():
+        return
+    try:
+        written = json.loads(summary.read_text())
+    except json.JSONDecodeError:
+        written = None
+    if not isinstance(written, dict):
+        raise UserError(f"{summary} is not a summary this runner wrote: collect into another --results folder")
+    summarised = {key.removesuffix(" t=1") for key in written if key != "sweeps"}
+    if dropped := sorted(summarised - set(task_names)):
+        raise UserError(
+            f"{summary} summarises {', '.join(dropped)}, which collecting --tasks {' '.join(task_names)} there would "
+            f"drop: pass --results <this group's own folder> (each group's README names it), or add those tasks"
+        )
+
+
 def collect(
     tasks, seeds: list[int], extra: list[str], out: Path, sweeps: bool, reused: dict[str, Path] | None = None
 ) -> tuple[dict[str, Any], list[Path]]:
@@ -324,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
         from adaspec.paper.runner import run_plan, without_stage0
 
         tasks = [TASKS[name] for name in args.tasks]
+        if not args.steps and not args.dry_run:
+            check_results_folder(args.results, args.tasks)
         to_run = [task for task in tasks if task.name not in args.reuse]
         plans = [selected_steps(task_steps(batch, args.seeds, args.sweeps), args.steps)
                  for batch in batches(to_run, args.collect_each)]
