@@ -167,6 +167,44 @@ def test_stage_3_reads_the_reference_heads_divergence_from_a_cache_built_once(ti
     torch.testing.assert_close(cached_delta, live_delta, atol=2e-3, rtol=2e-3)
 
 
+def test_under_mixed_precision_the_cache_holds_the_reference_head_as_stage_3_runs_it_live(tiny_cfg):
+    """trainer.precision=bf16-mixed: the reference head's divergence is cached under bfloat16 autocast, as stage 3
+    runs the live reference (its identity says so); the float32 cache, read by the same mixed-precision stage 3,
+    is the control: further from the live reference."""
+    from adaspec.stages.draft import SelectiveDistill
+    from adaspec.stages.stage_run import StageRun
+    from adaspec.training.pipeline import build_data, resolve_stage_config
+    from tests.test_teacher_cache import shuffled_batch
+
+    passes = [*EAGLE3, "distill.ttt_passes=3", "distill.teacher=cache"]
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    build_cache(tiny_cfg("stage=ref", *passes))
+    run_stage(tiny_cfg("stage=ref", *passes))
+    draft = ["stage=draft", "k=0.4", *passes, "stage.max_steps=2"]
+    mixed = tiny_cfg(*draft, "trainer.precision=bf16-mixed")
+    run_stage(tiny_cfg(*draft, "trainer.precision=bf16-mixed", "distill.cache_ref_kl=true"))  # stage 3 runs on it
+    resolved, splits = resolve_stage_config(mixed)
+    data, _, _ = build_data(StageRun.of(resolved), splits)
+    live = SelectiveDistill.build(StageRun.of(resolved), data.tokenizer, data)
+    batch = shuffled_batch(mixed)
+
+    def error_of_cache(precision: str) -> float:
+        cfg = tiny_cfg(*draft, f"trainer.precision={precision}", "distill.cache_ref_kl=true")
+        # builds the cache at this precision (another precision's is rebuilt, never read) and reads it
+        cached = SelectiveDistill.build(StageRun.of(cfg), data.tokenizer, data)
+        (folder,) = (paths.of(cfg).ref_dir() / "teacher_kl").iterdir()
+        assert json.loads((folder / "ref_kl.json").read_text()).get("precision") == (
+            precision if precision.endswith("mixed") else None)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            _, live_delta, _ = live.token_deltas(batch)
+            _, cached_delta, _ = cached.token_deltas(batch)
+        return float((cached_delta - live_delta).abs().max())
+
+    error_bf16, error_float32 = error_of_cache("bf16-mixed"), error_of_cache("32-true")
+    print(f"max |cached - live| dL: bf16 cache {error_bf16:.2e}, float32 cache {error_float32:.2e}")
+    assert error_bf16 < error_float32 / 4
+
+
 def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tiny_cfg):
     """distill.ttt_passes=3: a token's divergence is sum_k 0.8^k KL(target || pass k), for the head and its
     reference alike (stage 3's dL); passes=1 is the first proposal's KL alone."""

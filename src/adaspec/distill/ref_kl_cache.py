@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from adaspec.artefacts.store import write_atomically
-from adaspec.data.encoding import collate
+from adaspec.data.encoding import by_length, collate
 from adaspec.distill.draft_divergence import draft_divergence
 from adaspec.distill.tokens import answer_mask
 
@@ -30,19 +30,26 @@ def load_ref_kl(folder: Path, identity: dict[str, str]) -> np.ndarray | None:
     return np.fromfile(folder / ARRAY, dtype=np.float32)
 
 
+MIXED_AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # trainer.precision -> autocast dtype
+
+
 @torch.no_grad()
 def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, str], *, batch_size: int, pad_id: int,
-                 passes: int = 1) -> np.ndarray:
+                 passes: int = 1, autocast: torch.dtype | None = None) -> np.ndarray:
     """The reference draft's per-token divergence from `teacher` on `encoded` (adaspec.distill.draft_divergence:
-    an EAGLE-3 head's over `passes` passes of its training-time test)."""
+    an EAGLE-3 head's over `passes` passes of its training-time test), in batches of similar length (each row
+    is written back at its own place, so the order is free); under `autocast`, the dtype in which stage 3's
+    mixed precision runs the live reference."""
     device = next(reference.model.parameters()).device
     pieces: list[np.ndarray] = []
     rows_seen: list[np.ndarray] = []
-    for start in tqdm(range(0, len(encoded), batch_size), desc="reference KL cache"):
-        batch = {k: v.to(device) for k, v in collate(encoded[start : start + batch_size], pad_id).items()}
+    for positions in tqdm(by_length(encoded, batch_size), desc="reference KL cache"):
+        batch = {k: v.to(device) for k, v in collate([encoded[i] for i in positions], pad_id).items()}
         mask = answer_mask(batch["labels"])
         signal = teacher.signal(batch, mask)
-        pieces.append(draft_divergence(reference, batch, mask, signal, teacher, passes).float().cpu().numpy())
+        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            divergence = draft_divergence(reference, batch, mask, signal, teacher, passes)
+        pieces.append(divergence.float().cpu().numpy())
         rows_seen.append(signal.rows)
     values = np.zeros(teacher.cache.meta["rows"], dtype=np.float32)
     values[np.concatenate(rows_seen)] = np.concatenate(pieces)

@@ -19,7 +19,7 @@ from adaspec.distill.feature_cache import (
     feature_identity,
     write_feature_cache,
 )
-from adaspec.distill.ref_kl_cache import load_ref_kl, write_ref_kl
+from adaspec.distill.ref_kl_cache import MIXED_AUTOCAST, load_ref_kl, write_ref_kl
 from adaspec.distill.teacher import CachedSignal, CachedTeacher, LiveTeacher
 from adaspec.distill.teacher_cache import TeacherCache
 from adaspec.drafts import FeatureSource, TrainedDraft, load_draft
@@ -126,6 +126,9 @@ def cached_ref_kl(
     passes = int(distill.ttt_passes)  # above 1 for EAGLE-3 heads only (adaspec.config.rules)
     if passes > 1:  # a head's divergence sums its passes
         identity["ttt_passes"] = str(passes)
+    autocast = MIXED_AUTOCAST.get(run.precision)
+    if autocast is not None:  # as the live reference runs under mixed precision (a float32 cache keeps its identity)
+        identity["precision"] = run.precision
     values = load_ref_kl(folder, identity)
     if values is None:
         reference = frozen_draft(run.layout.ref_dir(), run.model.attn_implementation, source)
@@ -138,5 +141,6 @@ def cached_ref_kl(
             batch_size=run.stage.batch_size,
             pad_id=tokenizer.pad_token_id,
             passes=passes,
+            autocast=autocast,
         )
     return values
