@@ -7,8 +7,10 @@ import platform
 
 import numpy as np
 import pytest
+import torch
 
-from adaspec.callbacks.anonymous_memory import PeakAnonymousMemory, anonymous_mb
+from adaspec.callbacks.anonymous_memory import PeakAnonymousMemory, anonymous_mb, current_anonymous_mb
+from adaspec.callbacks.free_memory import FreeMemory
 
 STATUS = "Name:\tpython\nVmRSS:\t 2048000 kB\nRssAnon:\t 1024000 kB\nRssFile:\t 1024000 kB\n"
 
@@ -25,6 +27,7 @@ def test_an_allocation_raises_the_peak_and_reading_a_mapped_file_does_not(tmp_pa
     mapped = tmp_path / "cache.f16"
     np.ones(128 * 2**20 // 2, dtype=np.float16).tofile(mapped)  # 128 MiB on disk
     watch = PeakAnonymousMemory()
+    watch.sample()
     before = watch.peak_mb
     view = np.memmap(mapped, dtype=np.float16, mode="r")
     assert float(view.sum(dtype=np.float32)) > 0  # every page read
@@ -34,3 +37,19 @@ def test_an_allocation_raises_the_peak_and_reading_a_mapped_file_does_not(tmp_pa
     watch.sample()
     del held
     assert watch.peak_mb >= before + 200
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc_trim")
+def test_the_peak_counts_from_the_start_of_training_after_what_building_the_stage_freed_is_given_back():
+    """Building a stage can pass over data first (distill.cache_ref_kl's reference pass) and free it, fragmented:
+    the trainer's FreeMemory gives it back at the start of training, before the peak's first sample."""
+    blocks = [torch.ones(16 * 1024) for _ in range(4000)]  # 250 MB of glibc heap, as in test_free_memory
+    kept = blocks[::50]
+    del blocks
+    freed = current_anonymous_mb()
+    watch = PeakAnonymousMemory()
+    assert watch.peak_mb is None  # nothing sampled while the stage is built
+    FreeMemory().on_train_start(None, None)  # the trainer's callbacks, in its order
+    watch.on_train_start(None, None)
+    watch.on_train_end(None, None)
+    assert watch.peak_mb < freed - 150 and len(kept) == 80

@@ -37,7 +37,7 @@ class PeakAnonymousMemory(pl.Callback):
     `interval` seconds and at every step's end."""
 
     def __init__(self, interval: float = 0.05) -> None:
-        self.interval, self.peak_mb = interval, current_anonymous_mb()
+        self.interval, self.peak_mb = interval, None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -51,6 +51,9 @@ class PeakAnonymousMemory(pl.Callback):
             self.sample()
 
     def on_train_start(self, trainer, pl_module) -> None:
+        # from here, not from the stage's building: what that freed is given back first (FreeMemory, the
+        # trainer's earlier callback), so a reference cache's pass before training does not count as training's
+        self.sample()
         if self.peak_mb is not None and self._thread is None:  # Linux
             self._thread = threading.Thread(target=self._watch, name="peak-anonymous-memory", daemon=True)
             self._thread.start()

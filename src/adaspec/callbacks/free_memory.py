@@ -26,6 +26,10 @@ class FreeMemory(pl.Callback):
     def __init__(self) -> None:
         self.trim = _malloc_trim()
 
+    def on_train_start(self, trainer, pl_module) -> None:  # what building the stage freed (a cache's pass)
+        if self.trim is not None:
+            self.trim(0)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.trim is not None:
             self.trim(0)

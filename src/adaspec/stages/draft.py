@@ -107,16 +107,14 @@ class SelectiveDistill(ReferenceDistill):
         """(L_draft [N] with gradients, dL [N] without, answer mask [B, T-1]); `teacher` (default the
         configured one) gives both divergences."""
         teacher = teacher or self.teacher
-        kl_draft, signal, mask = self.student_divergence(batch, teacher)
-        if (
-            self.ref_kl is not None
-        ):  # cached per-token KL of the frozen reference, aligned with the teacher cache
-            kl_ref = torch.from_numpy(np.asarray(self.ref_kl[signal.rows], dtype=np.float32)).to(
-                kl_draft.device
-            )
-        else:
+        signal, mask = self.teacher_signal(batch, teacher)
+        if self.ref_kl is not None:  # cached per-token KL of the frozen reference, aligned with the teacher cache
+            kl_ref = torch.from_numpy(np.asarray(self.ref_kl[signal.rows], dtype=np.float32))
+        else:  # the reference first, so that its forward's buffers are freed before the draft's graph is built
             with torch.no_grad():
                 kl_ref = self.draft_divergence(self.reference, batch, mask, signal, teacher)
+        kl_draft = self.draft_divergence(self.draft, batch, mask, signal, teacher)
+        kl_ref = kl_ref.to(kl_draft.device)
         return kl_draft, kl_draft.detach() - kl_ref, mask
 
     def current_k(self) -> float:

@@ -92,12 +92,16 @@ class ReferenceDistill(StageModule):
         over distill.ttt_passes passes for an EAGLE-3 head)."""
         return draft_divergence(draft, batch, mask, signal, teacher, int(self.distill_cfg.get("ttt_passes", 1)))
 
+    def teacher_signal(self, batch: dict[str, torch.Tensor], teacher):
+        """(the teacher's signal for the batch's answer tokens, answer mask [B, T-1])."""
+        mask = answer_mask(batch["labels"])
+        with torch.no_grad():
+            return teacher.signal(batch, mask), mask
+
     def student_divergence(self, batch: dict[str, torch.Tensor], teacher=None):
         """(per-token divergence of the student [N], the teacher's signal for the batch, answer mask [B, T-1])."""
         teacher = teacher or self.teacher
-        mask = answer_mask(batch["labels"])
-        with torch.no_grad():
-            signal = teacher.signal(batch, mask)
+        signal, mask = self.teacher_signal(batch, teacher)
         return self.draft_divergence(self.draft, batch, mask, signal, teacher), signal, mask
 
     def training_batch(self, batch: dict[str, torch.Tensor]):
