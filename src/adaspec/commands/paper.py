@@ -6,6 +6,8 @@
                             [--results experiments/results] [hydra overrides for every step ...]
 
 Resumable: rerun the same command after an interruption and it continues where it stopped.
+Each group of tasks keeps its own `--results` folder: a folder whose summary holds tasks this run would drop
+from it is refused before anything runs.
 
 `--collect-each` runs one task at a time and collects every task of `--tasks` after each, so that a finished
 task is in `--results` before the next starts (a group of long tasks, committed as each finishes):
