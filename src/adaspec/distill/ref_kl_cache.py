@@ -30,7 +30,8 @@ def load_ref_kl(folder: Path, identity: dict[str, str]) -> np.ndarray | None:
     return np.fromfile(folder / ARRAY, dtype=np.float32)
 
 
-MIXED_AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # trainer.precision -> autocast dtype
+# trainer.precision -> the autocast dtype Lightning runs it under ("bf16" and "16": its older names of the same)
+MIXED_AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
 
 
 @torch.no_grad()
@@ -47,7 +48,7 @@ def write_ref_kl(reference, teacher, encoded, folder: Path, identity: dict[str, 
         batch = {k: v.to(device) for k, v in collate([encoded[i] for i in positions], pad_id).items()}
         mask = answer_mask(batch["labels"])
         signal = teacher.signal(batch, mask)
-        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
             divergence = draft_divergence(reference, batch, mask, signal, teacher, passes)
         pieces.append(divergence.float().cpu().numpy())
         rows_seen.append(signal.rows)
