@@ -135,6 +135,14 @@ def test_a_collection_that_would_drop_another_groups_summary_is_refused_before_a
     tiny_summary.write_text(json.dumps({"gsm8k": {}, "mbpp": {}, "sweeps": {}}))
     assert "summarises gsm8k, mbpp," in refused("--results", str(tiny_summary.parent))
     assert recorded == [] and json.loads(tiny_summary.read_text())["gsm8k"] == {}  # nothing ran, nothing rewritten
+    other = tmp_path / "dataset" / "summary.json"  # another command's summary, and one that is not JSON's object
+    other.parent.mkdir()
+    other.write_text(json.dumps({"eval": [], "root": "outputs", "stages": {}}))
+    assert (f"error: {other} is not a summary this runner wrote (it holds eval, root, stages): collect into another "
+            "--results folder") in refused("--results", str(other.parent))
+    other.write_text("[]")
+    assert f"error: {other} is not a summary this runner wrote: collect" in refused("--results", str(other.parent))
+    assert recorded == [] and other.read_text() == "[]"
 
     own = tmp_path / "head" / "summary.json"  # the controls: the group's own folder, its temperature-1 rows too ...
     own.parent.mkdir()

@@ -288,3 +288,31 @@ def test_wall_times_count_each_step_under_the_task_whose_plan_composes_it():
         assert {task_of_step(s.command(), tasks) for s in steps if s.kind != "cache"} == {task.name}
     fine_tuned_target = paper_plan([TASKS["smollm2_gsm8k_capacity_ft_h128"]], [0])[0]
     assert task_of_step(fine_tuned_target.command(), tasks) == "smollm2_gsm8k_capacity_ft_h128"
+
+
+def test_an_arm_missing_from_a_seed_is_summarised_over_the_seeds_that_have_it_and_names_them():
+    """The head question's seed 2 ran arm (a) only: every draft over the seeds that have it, every comparison
+    paired over the seeds that have both drafts, each naming its seeds when they are not all of the task's."""
+    from adaspec.paper.aggregate import markdown, summarise_task
+
+    def seed(alpha_by_row: dict[str, float]) -> dict:
+        rows = {row: {"label": row, "alpha": a, "accept_rate": a, "tau": 1 + a, "speedup_vs_target": 1.0,
+                      "gsm8k/exact_match": 0.1} for row, a in alpha_by_row.items()}
+        return {"metric": "gsm8k/exact_match", "n_prompts": 40, "setting": "greedy-g3",
+                "target": {"gsm8k/exact_match": 0.1, "parameters": 1}, "drafts": rows}
+
+    everything = {"k0.4": 0.50, "k1": 0.55, "k0.4-lk": 0.52, "k1-lk": 0.56}
+    per_seed = {0: seed(everything), 1: seed({row: a + 0.02 for row, a in everything.items()}),
+                2: seed({"k0.4": 0.54, "k1": 0.57})}
+    summary = summarise_task(TASKS["smollm2_gsm8k_head"], per_seed)
+    drafts, by_name = summary["drafts"], {c["name"]: c for c in summary["comparisons"]}
+    assert drafts["k1"]["alpha"]["n"] == 3 and "seeds" not in drafts["k1"]
+    assert drafts["k1-lk"]["seeds"] == [0, 1] and drafts["k1-lk"]["alpha"]["n"] == 2
+    assert drafts["k1-lk"]["alpha"]["mean"] == pytest.approx(0.57)
+    equal_budget = by_name["(a) equal budget, k=0.4"]
+    assert "seeds" not in equal_budget and equal_budget["difference"]["alpha"]["n"] == 3
+    assert equal_budget["difference"]["alpha"]["mean"] == pytest.approx((-0.05 - 0.05 - 0.03) / 3)
+    assert by_name["lk, k=0.4"]["seeds"] == [0, 1] and by_name["lk, k=0.4"]["difference"]["alpha"]["n"] == 2
+    text = markdown({"smollm2_gsm8k_head": summary})
+    assert "| k1-lk (seeds 0, 1) |" in text and "| lk vs arm (a), k=1 (seeds 0, 1) |" in text
+    assert "| k1 |" in text

@@ -5,6 +5,10 @@ The process's peak resident set (`ru_maxrss`, `peak_memory_mb`) also counts the 
 they are read: an EAGLE-3 head's feature cache (4.1 GB for demo-real's answers) is mapped, so the resident set
 grows by the pages a run has touched, pages the kernel can drop and read again. What training itself needs is
 the anonymous part. Linux only (None elsewhere).
+
+Where in a run the peak falls, `metrics.csv` and W&B say: `memory/anonymous_mb`, on each row of training
+steps, is the largest set since the previous such row (a validation between them included);
+`memory/validation_anonymous_mb`, on each validation row of training, the largest during that validation.
 """
 
 from __future__ import annotations
@@ -34,17 +38,24 @@ def current_anonymous_mb() -> float | None:
 
 class PeakAnonymousMemory(pl.Callback):
     """`peak_mb`: the largest anonymous resident set seen from the start of training to its end, sampled every
-    `interval` seconds and at every step's end."""
+    `interval` seconds and at every step's end; and the logged largest set per row (the module's docstring)."""
 
     def __init__(self, interval: float = 0.05) -> None:
         self.interval, self.peak_mb = interval, None
+        self.since_row_mb: float | None = None  # since the previous row of training steps
+        self.validation_mb: float | None = None  # during the validation running now; None outside one
+        self._lock = threading.Lock()  # the watcher thread samples while the hooks read and reset
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def sample(self) -> None:
         now = current_anonymous_mb()
-        if now is not None:
-            self.peak_mb = now if self.peak_mb is None else max(self.peak_mb, now)
+        if now is None:
+            return
+        with self._lock:
+            self.peak_mb, self.since_row_mb = _larger(self.peak_mb, now), _larger(self.since_row_mb, now)
+            if self.validation_mb is not None:
+                self.validation_mb = max(self.validation_mb, now)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
@@ -60,9 +71,41 @@ class PeakAnonymousMemory(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.sample()
+        # Lightning writes a row of step metrics after this hook when this holds (its logger connector's
+        # should_update_logs, with global_step already counting this step); logged at other steps, the value
+        # would be dropped and its window lost
+        if trainer.global_step % trainer.log_every_n_steps == 0 or trainer.should_stop:
+            with self._lock:
+                value, self.since_row_mb = self.since_row_mb, None
+            if value is not None:
+                pl_module.log("memory/anonymous_mb", value)
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if self._during_training(trainer):
+            with self._lock:
+                self.validation_mb = -1.0  # any sample is larger
+            self.sample()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self.validation_mb is None:
+            return
+        self.sample()
+        with self._lock:
+            value, self.validation_mb = self.validation_mb, None
+        if value >= 0:
+            pl_module.log("memory/validation_anonymous_mb", value)
+
+    @staticmethod
+    def _during_training(trainer) -> bool:
+        # not the sanity check, nor the validation after fit whose metrics the artefact keeps
+        return trainer.state.fn == "fit" and not trainer.sanity_checking
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self.sample()
+
+
+def _larger(current: float | None, new: float) -> float:
+    return new if current is None else max(current, new)

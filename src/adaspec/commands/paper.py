@@ -175,8 +175,11 @@ def check_results_folder(results: Path, task_names: list[str]) -> None:
         written = json.loads(summary.read_text())
     except json.JSONDecodeError:
         written = None
-    if not isinstance(written, dict):
-        raise UserError(f"{summary} is not a summary this runner wrote: collect into another --results folder")
+    # this runner's summary maps each task (and "sweeps") to a dict; another command's (a dataset's, an answers'
+    # run's) has other values
+    if not isinstance(written, dict) or not all(isinstance(value, dict) for value in written.values()):
+        held = f" (it holds {', '.join(written)})" if isinstance(written, dict) else ""
+        raise UserError(f"{summary} is not a summary this runner wrote{held}: collect into another --results folder")
     summarised = {key.removesuffix(" t=1") for key in written if key != "sweeps"}
     if dropped := sorted(summarised - set(task_names)):
         raise UserError(

@@ -61,19 +61,30 @@ def _verdict(ci: list[float] | None, first: str = "AdaSPEC", second: str = "Dist
 
 
 def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Each draft over the seeds whose evaluation has it, each comparison paired over the seeds that have both
+    of its drafts; a draft or comparison that some seed lacks (an arm not run on every seed) names its seeds."""
     seeds = sorted(per_seed)
     first = per_seed[seeds[0]]
-    rows = list(first["drafts"])
+    rows = list(dict.fromkeys(row for s in seeds for row in per_seed[s]["drafts"]))
+    having = {row: [s for s in seeds if row in per_seed[s]["drafts"]] for row in rows}
+
+    def values(row: str, key: str, among: list[int]) -> list:
+        return [per_seed[s]["drafts"][row].get(key) for s in among]
+
+    def named_seeds(among: list[int]) -> dict[str, list[int]]:
+        return {} if among == seeds else {"seeds": among}
+
     drafts = {
         row: {
-            "label": first["drafts"][row]["label"],
-            "parameters": first["drafts"][row].get("parameters"),
-            **{m: describe([per_seed[s]["drafts"][row][m] for s in seeds]) for m in METRICS},
+            "label": per_seed[having[row][0]]["drafts"][row]["label"],
+            "parameters": per_seed[having[row][0]]["drafts"][row].get("parameters"),
+            **named_seeds(having[row]),
+            **{m: describe(values(row, m, having[row])) for m in METRICS},
         }
         for row in rows
     }
     for row in rows:  # what each draft cost to train, where every seed's evaluation recorded it
-        seconds = [per_seed[s]["drafts"][row].get("train_seconds") for s in seeds]
+        seconds = values(row, "train_seconds", having[row])
         if None not in seconds:
             drafts[row]["train_seconds"] = describe(seconds)
     metric = first["metric"]
@@ -86,7 +97,7 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
             metric: describe([per_seed[s]["target"][metric] for s in seeds]),
             "parameters": first["target"]["parameters"],
         },
-        "draft_score": {row: describe([per_seed[s]["drafts"][row][metric] for s in seeds]) for row in rows},
+        "draft_score": {row: describe(values(row, metric, having[row])) for row in rows},
         # seeds whose timed runs shared the cores (their speed-ups are suspect) and seeds evaluated before the
         # evaluation recorded it
         "timing_contended_seeds": [s for s in seeds if (per_seed[s].get("contention") or {}).get("contended")],
@@ -95,16 +106,17 @@ def summarise_task(task: TaskPlan, per_seed: dict[int, dict[str, Any]]) -> dict[
         "comparisons": [],
     }
     for c in comparisons(task):
-        if c.first not in drafts or c.second not in drafts:
+        both = [s for s in seeds if c.first in per_seed[s]["drafts"] and c.second in per_seed[s]["drafts"]]
+        if not both:
             continue
-        diffs = {
-            m: paired_difference(
-                [per_seed[s]["drafts"][c.first][m] for s in seeds], [per_seed[s]["drafts"][c.second][m] for s in seeds]
-            )
-            for m in METRICS
-        }
-        summary["comparisons"].append({**c._asdict(), "difference": diffs})
+        diffs = {m: paired_difference(values(c.first, m, both), values(c.second, m, both)) for m in METRICS}
+        summary["comparisons"].append({**c._asdict(), **named_seeds(both), "difference": diffs})
     return summary
+
+
+def _with_seeds(name: str, entry: dict[str, Any]) -> str:
+    """A row's name, followed by its seeds where they are not all of the task's."""
+    return f"{name} (seeds {', '.join(map(str, entry['seeds']))})" if "seeds" in entry else name
 
 
 def markdown(summary: dict[str, dict[str, Any]]) -> str:
@@ -113,7 +125,7 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
     for task, s in summary.items():
         score = f"{s['score_metric']} {mean_and_spread(s['target'][s['score_metric']])}"
         rows += [
-            [task, d["label"], *(mean_and_spread(d[m]) for m in METRICS), score,
+            [task, _with_seeds(d["label"], d), *(mean_and_spread(d[m]) for m in METRICS), score,
              f"{d['train_seconds']['mean']:.0f}" if "train_seconds" in d else "-"]
             for d in s["drafts"].values()
         ]
@@ -125,7 +137,7 @@ def markdown(summary: dict[str, dict[str, Any]]) -> str:
                 d = c["difference"][m]
                 cells.append(f"{mean_and_spread(d, '+')}{interval(d, '+')}")
             labels = (c.get("first_label", "AdaSPEC"), c.get("second_label", "DistillSpec"))
-            comparison_rows.append([task, c["name"], *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
+            comparison_rows.append([task, _with_seeds(c["name"], c), *cells, _verdict(c["difference"]["accept_rate"]["ci95"], *labels)])
     seeds = {task: s["seeds"] for task, s in summary.items()}
     lines = [
         markdown_table(header, rows),
