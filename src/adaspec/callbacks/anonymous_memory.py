@@ -82,9 +82,9 @@ class PeakAnonymousMemory(pl.Callback):
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         if self._during_training(trainer):
+            now = current_anonymous_mb()  # None off Linux: no window opens
             with self._lock:
-                self.validation_mb = -1.0  # any sample is larger
-            self.sample()
+                self.validation_mb = now
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         if self.validation_mb is None:
@@ -92,8 +92,7 @@ class PeakAnonymousMemory(pl.Callback):
         self.sample()
         with self._lock:
             value, self.validation_mb = self.validation_mb, None
-        if value >= 0:
-            pl_module.log("memory/validation_anonymous_mb", value)
+        pl_module.log("memory/validation_anonymous_mb", value)
 
     @staticmethod
     def _during_training(trainer) -> bool:
