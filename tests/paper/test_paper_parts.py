@@ -316,3 +316,23 @@ def test_an_arm_missing_from_a_seed_is_summarised_over_the_seeds_that_have_it_an
     text = markdown({"smollm2_gsm8k_head": summary})
     assert "| k1-lk (seeds 0, 1) |" in text and "| lk vs arm (a), k=1 (seeds 0, 1) |" in text
     assert "| k1 |" in text
+
+
+def test_the_collected_run_log_keeps_the_steps_of_seeds_run_on_another_machine(tmp_path):
+    """A seed run on a new machine: its root's log holds only its own steps; the results folder's copy keeps the
+    earlier seeds' lines, adds the new ones once (collecting again adds nothing), and the wall time counts all."""
+    from adaspec.commands.paper import wall_times
+
+    def line(seed: int, seconds: float, time: float) -> str:
+        return json.dumps({"step": f"python -m adaspec.commands.train paper=smollm2_gsm8k_head stage=ref seed={seed}",
+                           "extra": [], "ran": True, "seconds": seconds, "time": time})
+
+    root, out = tmp_path / "root", tmp_path / "results"
+    root.mkdir(), out.mkdir()
+    (out / "paper_log.jsonl").write_text(line(0, 100.0, 1.0) + "\n")
+    (root / "paper_log.jsonl").write_text(line(2, 50.0, 9.0) + "\n")
+    tasks = [TASKS["smollm2_gsm8k_head"]]
+    assert wall_times(root, out, tasks) == {"smollm2_gsm8k_head": 150.0}
+    assert wall_times(root, out, tasks) == {"smollm2_gsm8k_head": 150.0}
+    assert (out / "paper_log.jsonl").read_text().splitlines() == [line(0, 100.0, 1.0), line(2, 50.0, 9.0)]
+    assert json.loads((out / "wall_times.json").read_text()) == {"smollm2_gsm8k_head": 150.0}

@@ -298,18 +298,21 @@ def task_of_step(step: str, tasks) -> str:
 
 
 def wall_times(root: Path, out: Path, tasks) -> dict[str, float]:
-    """Seconds spent on the steps that ran, per task, over the run's whole log (copied next to the results;
-    one line per step, with its seed)."""
-    log = root / "paper_log.jsonl"
+    """Seconds spent on the steps that ran, per task, over the run's whole log (one line per step, with its seed and
+    time), merged into the copy next to the results: the lines an earlier collection kept there (seeds run on
+    another machine) stay, the root's are added once."""
+    log, kept = root / "paper_log.jsonl", out / "paper_log.jsonl"
     if not log.is_file():
         return {}
+    earlier = kept.read_text().splitlines() if kept.is_file() else []
+    lines = list(dict.fromkeys([*earlier, *log.read_text().splitlines()]))
     totals: dict[str, float] = {}
-    for line in log.read_text().splitlines():
+    for line in lines:
         entry = json.loads(line)
         if entry["ran"]:
             task = task_of_step(entry["step"], tasks)
             totals[task] = round(totals.get(task, 0.0) + entry["seconds"], 1)
-    write_text_atomically(out / "paper_log.jsonl", log.read_text())
+    write_text_atomically(kept, "".join(f"{line}\n" for line in lines))
     write_json_atomically(out / "wall_times.json", totals)
     return totals
 
