@@ -339,3 +339,90 @@ def test_an_interrupted_part_is_generated_again_from_the_run_answers(setup, smal
     lines.write_bytes(whole[: len(whole) // 2])
     assert write_answer_parts(AnswerSpec.of(c), "0") == [lines]
     assert lines.read_bytes() == whole and sidecar.is_file()
+
+
+def sampled(setup, *more: str):
+    return setup("stage=ref", "distill.data=target", "distill.answer_temperature=1.0", "distill.answer_batch_size=3",
+                 *more)
+
+
+def test_sampled_answers_live_in_folders_of_their_own_and_count_in_the_stages_identity(setup):
+    greedy, draws = setup("stage=ref", "distill.data=target"), sampled(setup)
+    layout = paths.of(draws)
+    assert layout.target_answers_dir().name == "chat-max200-t1-s0-b3"
+    assert layout.teacher_cache_dir().name == f"target-answers-t1-s0-b3-n{N_TRAIN}-topk8"
+    assert layout.ref_dir().name == "ref-target-answers-t1-s0-b3"
+    assert paths.of(sampled(setup, "distill.answer_seed=3")).target_answers_dir().name == "chat-max200-t1-s3-b3"
+    assert paths.of(greedy).target_answers_dir().name == "chat-max200"  # greedy answers keep their folders
+    assert fingerprint(draws, "ref") != fingerprint(greedy, "ref")
+    four = sampled(setup, "distill.answer_batch_size=4")  # other batches draw other answers
+    assert fingerprint(draws, "ref") != fingerprint(four, "ref") and paths.of(four).ref_dir().name.endswith("-b4")
+    assert fingerprint(greedy, "ref") == fingerprint(setup("stage=ref", "distill.data=target",
+                                                           "distill.answer_batch_size=4"), "ref")
+    with pytest.raises(UserError, match="distill.answer_temperature"):
+        setup("stage=ref", "distill.data=target", "distill.answer_temperature=-1")
+
+
+def test_sampled_answers_are_drawn_per_fixed_batch_so_a_resumed_run_draws_the_same(setup, capsys):
+    from adaspec.data.target_answers import answer_batches
+
+    c = sampled(setup)
+    train = load_task(c.task)["train"]
+    folder = paths.of(c).target_answers_dir()
+    ensure_target_answers(AnswerSpec.of(c), train)
+    drawn = read_answers(folder)
+    greedy = setup("stage=ref", "distill.data=target")
+    ensure_target_answers(AnswerSpec.of(greedy), train)
+    greedy_answers = read_answers(paths.of(greedy).target_answers_dir())  # other tests answer more problems there
+    assert sorted(drawn) == list(range(N_TRAIN + c.task.n_val))
+    assert any(drawn[i]["answer"] != greedy_answers[i]["answer"] for i in drawn)
+    # one answer lost in a crash: its whole batch is drawn again, with the same seed, and gives the same answers
+    lines = (folder / ANSWERS).read_text().splitlines()
+    (folder / ANSWERS).write_text("\n".join(line for line in lines if json.loads(line)["index"] != 4) + "\n")
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(c).target_dir())))
+    examples = answered_examples(c.task, train)
+    lengths = {i: len(prompt_ids(tokenizer, e.prompt, "chat")) for i, e in enumerate(examples)}
+    (batch,) = answer_batches([4], list(range(len(examples))), lengths, 3, sampled=True)
+    capsys.readouterr()
+    ensure_target_answers(AnswerSpec.of(c), train)
+    assert f"target answers: {len(batch)} prompts" in capsys.readouterr().out and 4 in batch
+    assert read_answers(folder) == drawn
+    # what makes it so: a lost answer's batch is the fixed one it was drawn in (greedy answers need only the lost)
+    lengths = dict.fromkeys(range(10), 5) | {4: 1}
+    assert answer_batches([4], list(range(10)), lengths, 3, sampled=True) == [[4, 0, 1]]
+    assert answer_batches([4], list(range(10)), lengths, 3, sampled=False) == [[4]]
+    # another seed draws other answers
+    other = sampled(setup, "distill.answer_seed=1")
+    ensure_target_answers(AnswerSpec.of(other), train)
+    assert read_answers(paths.of(other).target_answers_dir()) != drawn
+
+
+def test_sampling_near_zero_temperature_gives_the_greedy_answers(setup):
+    """The sampled path prompts, stops and decodes as the greedy one: at a temperature near 0 the draws are the
+    argmax."""
+    train = load_task(setup().task)["train"]
+    greedy, cold = setup("stage=ref", "distill.data=target"), sampled(setup, "distill.answer_temperature=1e-4")
+    for c in (greedy, cold):
+        ensure_target_answers(AnswerSpec.of(c), train)
+    cold_answers = read_answers(paths.of(cold).target_answers_dir())
+    greedy_answers = read_answers(paths.of(greedy).target_answers_dir())  # other tests answer more problems there
+    assert sorted(cold_answers) == list(range(N_TRAIN + greedy.task.n_val))
+    assert all((r["answer"], r["stopped"]) == (greedy_answers[i]["answer"], greedy_answers[i]["stopped"])
+               for i, r in cold_answers.items())
+
+
+def test_a_sampled_part_records_how_it_was_drawn_in_its_own_folder(setup, small_parts):
+    from adaspec.data.answer_parts import part_files
+    from adaspec.data.target_answers import committed_answers_dir, write_answer_parts
+
+    c = sampled(setup)
+    write_answer_parts(AnswerSpec.of(c), "0")
+    source = committed_answers_dir(AnswerSpec.of(c))
+    assert source != committed_answers_dir(AnswerSpec.of(setup("stage=ref", "distill.data=target")))
+    generation = json.loads(part_files(source, 0)[1].read_text())["generation"]
+    assert generation == {"greedy": False, "temperature": 1.0, "seed": 0, "batch_size": 3, "dtype": "float32",
+                          "max_new_tokens": MAX_NEW}
+    lines = part_files(source, 0)[0]
+    lines.write_bytes(lines.read_bytes()[:-9])  # cut: refused with the command that draws it again
+    with pytest.raises(UserError, match=r'distill.answer_parts=0 distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=3"'):
+        write_answer_parts(AnswerSpec.of(c), "0")

@@ -45,9 +45,19 @@ def fixed_answers(distill: DictConfig | None) -> str:
     return "target" if data == "target" else "dataset"
 
 
-def _data_suffix(data: str | None) -> str:
+def answers_sampling(distill: DictConfig | None) -> str:
+    """"" for the target's greedy answers; `-t<T>-s<seed>-b<batch>` for answers it sampled
+    (distill.answer_temperature, answer_seed, answer_batch_size: the draws depend on a batch's rows): other data,
+    in other folders."""
+    temperature = 0.0 if distill is None else float(distill.get("answer_temperature", 0.0) or 0.0)
+    if temperature <= 0:
+        return ""
+    return f"-t{temperature:g}-s{distill.get('answer_seed', 0)}-b{distill.get('answer_batch_size', 16)}"
+
+
+def _data_suffix(data: str | None, sampling: str = "") -> str:
     """Drafts trained on the target's own answers (distill.data=target) live beside the dataset-trained ones."""
-    return "-target-answers" if data == "target" else ""
+    return f"-target-answers{sampling}" if data == "target" else ""
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,8 @@ class Layout:
     reference_data: str | None  # what the reference was trained on (`of`)
     answers_prefix: str  # the caches' over the target's own answers (`of`)
     cache_name: str  # exact | topk<K>
-    answers_name: str  # <task.prompt_format>-max<distill.answer_max_new_tokens>
+    answers_name: str  # <task.prompt_format>-max<distill.answer_max_new_tokens>[-t<T>-s<seed>-b<batch>]
+    answers_sampling: str = ""  # answers_sampling(distill)
 
     @property
     def model_root(self) -> Path:
@@ -90,14 +101,15 @@ class Layout:
 
     def ref_dir(self) -> Path:
         tag = _suffix(self.tag if self.stage == "ref" else self.ref_tag)
-        return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{_data_suffix(self.reference_data)}"
+        data = _data_suffix(self.reference_data, self.answers_sampling)
+        return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{data}"
 
     def draft_dir(self, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
         """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
         k = self.k if k is None else k
         tag = self._own_tag("draft") if tag is None else tag
         data = self.data if data is None else data
-        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data)}"
+        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data, self.answers_sampling)}"
         return self.model_root / f"seed{self.seed}" / name
 
     def pretrain_target_dir(self) -> Path:
@@ -120,7 +132,8 @@ class Layout:
         return self.target_dir() / "answers" / self.answers_name
 
     def eval_dir(self) -> Path:
-        return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{_data_suffix(self.data)}"
+        data = _data_suffix(self.data, self.answers_sampling)
+        return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{data}"
 
 
 def of(cfg: DictConfig) -> Layout:
@@ -136,7 +149,8 @@ def of(cfg: DictConfig) -> Layout:
     # caches over the target's own answers (other tokens than the dataset's) say so, and how many training
     # problems they cover: demo-real's first 500 and the whole answer set are other data for one target
     n_train = cfg.task.n_train if cfg.task.n_train is not None else "all"
-    answers_prefix = f"target-answers-n{n_train}-" if fixed_answers(distill) == "target" else ""
+    sampling = answers_sampling(distill)
+    answers_prefix = f"target-answers{sampling}-n{n_train}-" if fixed_answers(distill) == "target" else ""
     kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
     kind += _suffix(cfg.model.get("draft_name") or "")
     return Layout(
@@ -155,7 +169,9 @@ def of(cfg: DictConfig) -> Layout:
         answers_prefix=answers_prefix,
         cache_name="" if distill is None else
         "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
-        answers_name="" if distill is None else f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}",
+        answers_name="" if distill is None else
+        f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}{sampling}",
+        answers_sampling=sampling,
     )
 
 

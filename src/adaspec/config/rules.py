@@ -131,6 +131,8 @@ def _validate_distill(distill: DictConfig) -> None:
     for key in ("refresh_every_n_steps", "calibration_batches", "chunk_size", "cache_topk",
                 "answer_max_new_tokens", "answer_batch_size"):
         _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
+    _check(distill.answer_temperature >= 0, "distill.answer_temperature", distill.answer_temperature,
+           "must be >= 0 (0: the target's greedy answers)")
     _check(
         not (distill.cache_ref_kl and distill.teacher != TeacherSource.cache),
         "distill.cache_ref_kl",

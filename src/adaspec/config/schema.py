@@ -327,6 +327,11 @@ def _reads_answers(stage: str, distill: dict, cfg: dict) -> bool:
     return stage in ("ref", "draft") and distill.get("data", "dataset") != "dataset"
 
 
+def _sampled_answers(stage: str, distill: dict, cfg: dict) -> bool:
+    """The sampling keys count only away from greedy answers (artefacts made before them keep their identity)."""
+    return _reads_answers(stage, distill, cfg) and float(distill.get("answer_temperature", 0.0) or 0.0) > 0
+
+
 def _divergence_counts(stage: str, distill: dict, cfg: dict) -> bool:
     # the reference counts it away from the forward KL only (references made before it counted keep theirs)
     return {"draft": True, "ref": distill.get("divergence") != "forward_kl", "pretrain_draft": _kd_stage_0(cfg)}.get(
@@ -397,7 +402,13 @@ class DistillConfig:
     data: DistillData = counted(DistillData.dataset, when=_reads_answers)
     # data=target: answers not finished within this many tokens are dropped
     answer_max_new_tokens: int = counted(256, when=_reads_answers)
-    answer_batch_size: int = counted(16, when=never)  # data=target: prompts per generation batch (no effect)
+    # data=target: prompts per generation batch (no effect on greedy answers; sampled ones draw per batch)
+    answer_batch_size: int = counted(16, when=_sampled_answers)
+    # data=target: 0 the target's greedy answers; above 0 answers it samples at this temperature from its whole
+    # distribution (no top-k or top-p), seeded by answer_seed per batch of a fixed composition: other data, in
+    # other folders (`-t<T>-s<seed>-b<batch>`). What a head served at temperature 1 is queried on (issue 46 item 6)
+    answer_temperature: float = counted(0.0, when=_sampled_answers)
+    answer_seed: int = counted(0, when=_sampled_answers)
     # the answers command only: instead of the run's training prompts, write these parts of the answers to the
     # task's whole training file into the repository (all, P or A-B; adaspec.data.answer_parts)
     answer_parts: str | None = counted(None, when=never)

@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from adaspec.errors import UserError
 from adaspec.toolkit import write_bytes_atomically, write_json_atomically
 
 PART_SIZE = 256
-REGENERATE = "make answer-parts ARGS=\"distill.answer_parts={part}\""
+
+
+def regenerate_command(folder: Path, part: int) -> str:
+    """The command that writes part `part` of `folder` again; sampled answers' folders end in -t<T>-s<seed>-b<batch>."""
+    sampled = re.search(r"-t([0-9.e+-]+)-s(\d+)-b(\d+)$", folder.parent.name)
+    extra = (f" distill.answer_temperature={sampled[1]} distill.answer_seed={sampled[2]}"
+             f" distill.answer_batch_size={sampled[3]}") if sampled else ""
+    return f'make answer-parts ARGS="distill.answer_parts={part}{extra}"'
 
 
 def part_of(index: int) -> int:
@@ -73,7 +81,7 @@ def _sidecar(meta: Path) -> dict:
     except json.JSONDecodeError:
         part = int(meta.stem.split("-")[1])
         raise UserError(f"{meta}: not a part's sidecar (cut or edited); restore it with `git checkout -- {meta}` "
-                        f"or regenerate the part with `{REGENERATE.format(part=part)}`") from None
+                        f"or regenerate the part with `{regenerate_command(meta.parent, part)}`") from None
 
 
 def read_part(folder: Path, part: int, target_content: str) -> list[dict] | None:
@@ -90,7 +98,7 @@ def read_part(folder: Path, part: int, target_content: str) -> list[dict] | None
     if [r["index"] for r in records] != list(range(sidecar["first"], sidecar["first"] + sidecar["count"])):
         raise UserError(
             f"{lines}: the answer part does not match the hash in {meta.name} (edited or truncated); restore it "
-            f"with `git checkout -- {lines}` or regenerate it with `{REGENERATE.format(part=part)}`"
+            f"with `git checkout -- {lines}` or regenerate it with `{regenerate_command(folder, part)}`"
         )
     return records
 

@@ -3,7 +3,8 @@
 The draft is judged by how often the target accepts its tokens, i.e. by how well it predicts what the
 target writes, not what the dataset's authors wrote. So, as EAGLE, Medusa and SpecForge prepare draft data,
 the target answers every training prompt once (greedy, batched with left padding, stopping at the stop
-token), the answers are saved beside the target, and stages 2-3 (and the teacher cache) train on them in
+token; or sampled at `distill.answer_temperature`, each batch of a fixed composition seeded from
+`distill.answer_seed`, into folders of their own), the answers are saved beside the target, and stages 2-3 (and the teacher cache) train on them in
 place of the dataset's answers. Validation is on the target's answers too, to the `task.n_val` training
 prompts right after the first `task.n_train` (never the test prompts, which evaluation decodes): its KL
 then measures what the draft is trained and judged on, and early stopping reads the right signal.
@@ -174,24 +175,52 @@ def adopt_committed_answers(spec: AnswerSpec, folder: Path, examples: list[Examp
     return len(adopted)
 
 
+def answer_batches(todo: list[int], indices: list[int], lengths: dict[int, int], size: int,
+                   sampled: bool) -> list[list[int]]:
+    """The generation batches, prompts of similar lengths together (less padding). Greedy: the prompts not
+    answered yet (`todo`). Sampled: the fixed batches of all `indices` that hold one of them, regenerated whole,
+    so that each batch (and the draws its seed makes) is the same in a resumed run as in an uninterrupted one."""
+    if not sampled:
+        order = sorted(todo, key=lambda i: lengths[i])
+        return [order[start : start + size] for start in range(0, len(order), size)]
+    order = sorted(indices, key=lambda i: (lengths[i], i))
+    batches = [order[start : start + size] for start in range(0, len(order), size)]
+    pending = set(todo)
+    return [batch for batch in batches if pending.intersection(batch)]
+
+
+def batch_seed(answer_seed: int, batch: list[int]) -> int:
+    """The seed of a sampled batch: the run's answer_seed and the batch's first problem."""
+    return answer_seed * 1_000_003 + batch[0]
+
+
 @torch.inference_mode()
 def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec, folder: Path, indices=None) -> dict:
-    """Answer every example (of `indices`, default all) whose answer is not saved yet; returns timing for the log."""
+    """Answer every example (of `indices`, default all) whose answer is not saved yet, greedy or sampled at
+    distill.answer_temperature; returns timing for the log."""
     fmt = spec.task.prompt_format
+    indices = list(range(len(examples)) if indices is None else indices)
     todo = missing(examples, read_answers(folder), indices)
-    prompts = {i: prompt_ids(tokenizer, examples[i].prompt, fmt) for i in todo}
-    todo.sort(key=lambda i: len(prompts[i]))  # similar lengths share a batch: less padding
+    temperature = float(spec.distill.get("answer_temperature", 0.0))
+    sampled = temperature > 0
+    prompts = {i: prompt_ids(tokenizer, examples[i].prompt, fmt) for i in (indices if sampled else todo)}
+    batches = answer_batches(todo, indices, {i: len(p) for i, p in prompts.items()},
+                             spec.distill.answer_batch_size, sampled)
     stop, pad = stop_token_id(tokenizer, fmt), tokenizer.pad_token_id
-    size, new_tokens, started = spec.distill.answer_batch_size, 0, time.perf_counter()
+    new_tokens, started = 0, time.perf_counter()
     device = next(model.parameters()).device
-    for start in tqdm(range(0, len(todo), size), desc="target answers", unit="batch"):
-        chunk = todo[start : start + size]
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if sampled else \
+        {"do_sample": False}
+    for chunk in tqdm(batches, desc="target answers", unit="batch"):
         ids, mask = left_padded([prompts[i] for i in chunk], pad, device)
         width = ids.shape[1]
-        generated = model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=spec.distill.answer_max_new_tokens,
-            do_sample=False, eos_token_id=stop, pad_token_id=pad,
-        )[:, width:].tolist()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            if sampled:
+                torch.manual_seed(batch_seed(int(spec.distill.answer_seed), chunk))
+            generated = model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=spec.distill.answer_max_new_tokens,
+                eos_token_id=stop, pad_token_id=pad, **sampling,
+            )[:, width:].tolist()
         records = []
         for i, row in zip(chunk, generated, strict=True):
             stopped = stop in row
@@ -200,7 +229,16 @@ def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec
             records.append({"index": i, "prompt": prompt_key(examples[i].prompt), "stopped": stopped,
                             "answer": tokenizer.decode(answer, skip_special_tokens=True)})
         append_answers(folder / ANSWERS, records)
-    return {"generated": len(todo), "new_tokens": new_tokens, "seconds": round(time.perf_counter() - started, 1)}
+    return {"generated": sum(map(len, batches)), "new_tokens": new_tokens,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def generation_settings(distill: DictConfig) -> dict:
+    """How the answers were drawn, as a part's sidecar records it."""
+    temperature = float(distill.get("answer_temperature", 0.0))
+    if temperature > 0:
+        return {"greedy": False, "temperature": temperature, "seed": int(distill.answer_seed)}
+    return {"greedy": True}
 
 
 def answered_examples(task: DictConfig, train: list[Example]) -> list[Example]:
@@ -264,7 +302,7 @@ def write_answer_parts(spec: AnswerSpec, parts: str) -> list[Path]:
             "target_content": ours,
             "answer_tokens": sum(len(tokenizer(r["answer"], add_special_tokens=False)["input_ids"]) for r in records),
             "stopped": sum(r["stopped"] for r in records),
-            "generation": {"greedy": True, "batch_size": spec.distill.answer_batch_size,
+            "generation": {**generation_settings(spec.distill), "batch_size": spec.distill.answer_batch_size,
                            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
                            "max_new_tokens": spec.distill.answer_max_new_tokens},
         }))
