@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 46 item 6: is a head trained on the target's temperature-1 answers accepted more at temperature 1 than one
+# trained on its greedy answers? demo-real's reference head (forward KL, 480 steps of 8, the head question's
+# recipe: paper=smollm2_gsm8k_head) on the answers to the first N GSM8K training problems (the 64 after them
+# validate), greedy (committed) against sampled at temperature 1 (seed 0, batches of 64, written as committed
+# parts), each evaluated greedy on 40 test prompts (gamma 3, replayed) and at temperature 1 on 20.
+#   experiments/smollm2/sampled_answers.sh greedy|sampled [N=1024]
+# Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
+# (experiments/results/smollm2-target-answers/gsm8k/chat-max256-t1-s0-b64/parts/) as they finish, and
+# experiments/results/smollm2/sampled-answers/ at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+arm=$1 n=${2:-1024}
+PY=${PY:-.venv/bin/python}
+export HF_HUB_OFFLINE=1 WANDB_MODE=offline
+case $arm in
+  greedy) sampling=() ;;
+  sampled) sampling=(distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64) ;;
+  *) echo "usage: $0 greedy|sampled [N]" >&2; exit 2 ;;
+esac
+common=(paper=smollm2_gsm8k_head seed=0 "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}")
+out=experiments/results/smollm2/sampled-answers/$arm-n$n
+mkdir -p "$out"
+step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }
+
+if [ "$arm" = sampled ]; then  # the answers to problems 0..n+63 as committed parts of 256 problems, one at a time
+  for part in $(seq 0 $(((n + 64 - 1) / 256))); do
+    step make --no-print-directory answer-parts ARGS="distill.answer_parts=$part ${sampling[*]}"
+  done
+fi
+step "$PY" -m adaspec.commands.cache "${common[@]}"
+step "$PY" -m adaspec.commands.train "${common[@]}" stage=ref resume=true
+step "$PY" -m adaspec.commands.evaluate "${common[@]}" "eval.draft_ks=[]" eval.reference=true "eval.draft_tags=['']" \
+  eval.name=greedy
+step "$PY" -m adaspec.commands.evaluate "${common[@]}" "eval.draft_ks=[]" eval.reference=true "eval.draft_tags=['']" \
+  decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 eval.name=t1
+layout=$("$PY" -c "
+import sys; from adaspec.toolkit import checked_config; from adaspec.artefacts import paths
+layout = paths.of(checked_config(*sys.argv[1:])); print(layout.ref_dir(), layout.eval_dir())" "${common[@]}" stage=ref)
+read -r ref eval <<< "$layout"
+cp "$ref/final/metrics.json" "$out/ref-metrics.json"
+cp "$eval"/greedy-*/results.json "$out/greedy.json"
+cp "$eval"/t1-*/results.json "$out/t1.json"
+echo "=== $(date -u +%H:%M:%S) done: $out" | tee -a "$out/steps.log"
