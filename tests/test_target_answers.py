@@ -363,7 +363,9 @@ def test_sampled_answers_live_in_folders_of_their_own_and_count_in_the_stages_id
         setup("stage=ref", "distill.data=target", "distill.answer_temperature=-1")
 
 
-def test_sampled_answers_are_drawn_per_fixed_batch_so_a_resumed_run_draws_the_same(setup, capsys):
+def test_sampled_answers_are_drawn_per_fixed_batch_so_a_resumed_run_draws_the_same(setup, small_parts, capsys):
+    """Sampled answers are drawn part by part of the training file (parts of 4 here), in batches of a fixed
+    composition: the 10 problems a run needs come with the rest of their parts (12)."""
     from adaspec.data.target_answers import answer_batches
 
     c = sampled(setup)
@@ -374,18 +376,18 @@ def test_sampled_answers_are_drawn_per_fixed_batch_so_a_resumed_run_draws_the_sa
     greedy = setup("stage=ref", "distill.data=target")
     ensure_target_answers(AnswerSpec.of(greedy), train)
     greedy_answers = read_answers(paths.of(greedy).target_answers_dir())  # other tests answer more problems there
-    assert sorted(drawn) == list(range(N_TRAIN + c.task.n_val))
-    assert any(drawn[i]["answer"] != greedy_answers[i]["answer"] for i in drawn)
+    assert sorted(drawn) == list(range(12))
+    assert any(drawn[i]["answer"] != greedy_answers[i]["answer"] for i in range(N_TRAIN + c.task.n_val))
     # one answer lost in a crash: its whole batch is drawn again, with the same seed, and gives the same answers
     lines = (folder / ANSWERS).read_text().splitlines()
-    (folder / ANSWERS).write_text("\n".join(line for line in lines if json.loads(line)["index"] != 4) + "\n")
+    (folder / ANSWERS).write_text("\n".join(line for line in lines if json.loads(line)["index"] != 5) + "\n")
     tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(c).target_dir())))
     examples = answered_examples(c.task, train)
-    lengths = {i: len(prompt_ids(tokenizer, e.prompt, "chat")) for i, e in enumerate(examples)}
-    (batch,) = answer_batches([4], list(range(len(examples))), lengths, 3, sampled=True)
+    lengths = {i: len(prompt_ids(tokenizer, examples[i].prompt, "chat")) for i in range(4, 8)}
+    (batch,) = answer_batches([5], [4, 5, 6, 7], lengths, 3, sampled=True)  # part 1's batch holding problem 5
     capsys.readouterr()
     ensure_target_answers(AnswerSpec.of(c), train)
-    assert f"target answers: {len(batch)} prompts" in capsys.readouterr().out and 4 in batch
+    assert f"target answers: {len(batch)} prompts" in capsys.readouterr().out and 5 in batch
     assert read_answers(folder) == drawn
     # what makes it so: a lost answer's batch is the fixed one it was drawn in (greedy answers need only the lost)
     lengths = dict.fromkeys(range(10), 5) | {4: 1}
@@ -397,7 +399,24 @@ def test_sampled_answers_are_drawn_per_fixed_batch_so_a_resumed_run_draws_the_sa
     assert read_answers(paths.of(other).target_answers_dir()) != drawn
 
 
-def test_sampling_near_zero_temperature_gives_the_greedy_answers(setup):
+def test_a_run_that_adopts_a_sampled_part_and_draws_the_rest_has_the_answers_of_one_that_drew_all(
+        setup, small_parts, tmp_path, capsys):
+    from adaspec.data.target_answers import write_answer_parts
+
+    c = sampled(setup)
+    train = load_task(c.task)["train"]
+    ensure_target_answers(AnswerSpec.of(c), train)
+    write_answer_parts(AnswerSpec.of(c), "1")  # part 1 committed; parts 0 and 2 not
+    fresh, _ = fresh_copy_of_the_target(setup, tmp_path, c)
+    fresh = sampled(setup, f"paths.root={tmp_path / 'fresh'}")
+    capsys.readouterr()
+    ensure_target_answers(AnswerSpec.of(fresh), train)
+    out = capsys.readouterr().out
+    assert "4 committed answers of this target" in out and "target answers: 8 prompts" in out
+    assert read_answers(paths.of(fresh).target_answers_dir()) == read_answers(paths.of(c).target_answers_dir())
+
+
+def test_sampling_near_zero_temperature_gives_the_greedy_answers(setup, small_parts):
     """The sampled path prompts, stops and decodes as the greedy one: at a temperature near 0 the draws are the
     argmax."""
     train = load_task(setup().task)["train"]
@@ -406,9 +425,9 @@ def test_sampling_near_zero_temperature_gives_the_greedy_answers(setup):
         ensure_target_answers(AnswerSpec.of(c), train)
     cold_answers = read_answers(paths.of(cold).target_answers_dir())
     greedy_answers = read_answers(paths.of(greedy).target_answers_dir())  # other tests answer more problems there
-    assert sorted(cold_answers) == list(range(N_TRAIN + greedy.task.n_val))
-    assert all((r["answer"], r["stopped"]) == (greedy_answers[i]["answer"], greedy_answers[i]["stopped"])
-               for i, r in cold_answers.items())
+    needed = range(N_TRAIN + greedy.task.n_val)
+    assert all((cold_answers[i]["answer"], cold_answers[i]["stopped"]) ==
+               (greedy_answers[i]["answer"], greedy_answers[i]["stopped"]) for i in needed)
 
 
 def test_a_sampled_part_records_how_it_was_drawn_in_its_own_folder(setup, small_parts):

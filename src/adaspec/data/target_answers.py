@@ -3,9 +3,9 @@
 The draft is judged by how often the target accepts its tokens, i.e. by how well it predicts what the
 target writes, not what the dataset's authors wrote. So, as EAGLE, Medusa and SpecForge prepare draft data,
 the target answers every training prompt once (greedy, batched with left padding, stopping at the stop
-token; or sampled at `distill.answer_temperature`, each batch of a fixed composition seeded from
-`distill.answer_seed`, into folders of their own), the answers are saved beside the target, and stages 2-3 (and the teacher cache) train on them in
-place of the dataset's answers. Validation is on the target's answers too, to the `task.n_val` training
+token; or sampled at `distill.answer_temperature`, part by part of the training file in batches of a fixed
+composition seeded from `distill.answer_seed`, into folders of their own), the answers are saved beside the
+target, and stages 2-3 (and the teacher cache) train on them in place of the dataset's answers. Validation is on the target's answers too, to the `task.n_val` training
 prompts right after the first `task.n_train` (never the test prompts, which evaluation decodes): its KL
 then measures what the draft is trained and judged on, and early stopping reads the right signal.
 
@@ -201,8 +201,7 @@ def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec
     fmt = spec.task.prompt_format
     indices = list(range(len(examples)) if indices is None else indices)
     todo = missing(examples, read_answers(folder), indices)
-    temperature = float(spec.distill.get("answer_temperature", 0.0))
-    sampled = temperature > 0
+    temperature, sampled = float(spec.distill.get("answer_temperature", 0.0)), is_sampled(spec.distill)
     prompts = {i: prompt_ids(tokenizer, examples[i].prompt, fmt) for i in (indices if sampled else todo)}
     batches = answer_batches(todo, indices, {i: len(p) for i, p in prompts.items()},
                              spec.distill.answer_batch_size, sampled)
@@ -235,9 +234,8 @@ def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec
 
 def generation_settings(distill: DictConfig) -> dict:
     """How the answers were drawn, as a part's sidecar records it."""
-    temperature = float(distill.get("answer_temperature", 0.0))
-    if temperature > 0:
-        return {"greedy": False, "temperature": temperature, "seed": int(distill.answer_seed)}
+    if is_sampled(distill):
+        return {"greedy": False, "temperature": float(distill.answer_temperature), "seed": int(distill.answer_seed)}
     return {"greedy": True}
 
 
@@ -269,10 +267,32 @@ def ensure_target_answers(spec: AnswerSpec, train: list[Example], model=None, to
     if not missing(examples, read_answers(folder)):
         return folder
     model, tokenizer = load_target(spec, model, tokenizer)
-    timing = generate_answers(model, tokenizer, examples, spec, folder)
+    if is_sampled(spec.distill):
+        timing = generate_sampled_parts(model, tokenizer, examples, spec, folder)
+    else:
+        timing = generate_answers(model, tokenizer, examples, spec, folder)
     print(f"[adaspec] target answers: {timing['generated']} prompts, {timing['new_tokens']} tokens in "
           f"{timing['seconds']} s -> {folder / ANSWERS}")
     return folder
+
+
+def is_sampled(distill: DictConfig) -> bool:
+    return float(distill.get("answer_temperature", 0.0)) > 0
+
+
+def generate_sampled_parts(model, tokenizer, examples: list[Example], spec: AnswerSpec, folder: Path) -> dict:
+    """Sampled answers are drawn whole part by part of the task's training file, as `write_answer_parts` draws
+    the committed ones: a batch's draws depend on its rows, so this way a run draws for each problem what the
+    committed part holds (or will hold), and what it adopted from one is never drawn again in another batch."""
+    whole = LOADERS[spec.task.name](spec.task)["train"]
+    needed = missing(examples, read_answers(folder))
+    if any(i >= len(whole) or whole[i].prompt != examples[i].prompt for i in needed):
+        raise UserError(f"distill.answer_temperature={spec.distill.answer_temperature}: sampled answers are drawn "
+                        f"by parts of {spec.task.name}'s training file, and this run's prompts are not the file's "
+                        f"first task.n_train + task.n_val; answer greedily (distill.answer_temperature=0)")
+    timings = [generate_answers(model, tokenizer, whole, spec, folder, part_indices(part, len(whole)))
+               for part in sorted({part_of(i) for i in needed})]
+    return {key: sum(t[key] for t in timings) for key in ("generated", "new_tokens", "seconds")}
 
 
 def write_answer_parts(spec: AnswerSpec, parts: str) -> list[Path]:
