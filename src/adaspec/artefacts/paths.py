@@ -45,13 +45,18 @@ def fixed_answers(distill: DictConfig | None) -> str:
     return "target" if data == "target" else "dataset"
 
 
+def sampled_answers(distill: DictConfig | None) -> bool:
+    """Whether distill.data=target's answers are sampled (distill.answer_temperature above 0), not greedy."""
+    return distill is not None and float(distill.get("answer_temperature", 0.0) or 0.0) > 0
+
+
 def answers_sampling(distill: DictConfig | None) -> str:
     """"" for the target's greedy answers; `-t<T>-s<seed>-b<batch>` for answers it sampled
     (distill.answer_temperature, answer_seed, answer_batch_size: the draws depend on a batch's rows): other data,
     in other folders."""
-    temperature = 0.0 if distill is None else float(distill.get("answer_temperature", 0.0) or 0.0)
-    if temperature <= 0:
+    if not sampled_answers(distill):
         return ""
+    temperature = float(distill.answer_temperature)
     return f"-t{temperature:g}-s{distill.get('answer_seed', 0)}-b{distill.get('answer_batch_size', 16)}"
 
 

@@ -201,7 +201,7 @@ def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec
     fmt = spec.task.prompt_format
     indices = list(range(len(examples)) if indices is None else indices)
     todo = missing(examples, read_answers(folder), indices)
-    temperature, sampled = float(spec.distill.get("answer_temperature", 0.0)), is_sampled(spec.distill)
+    temperature, sampled = float(spec.distill.get("answer_temperature", 0.0)), paths.sampled_answers(spec.distill)
     prompts = {i: prompt_ids(tokenizer, examples[i].prompt, fmt) for i in (indices if sampled else todo)}
     batches = answer_batches(todo, indices, {i: len(p) for i, p in prompts.items()},
                              spec.distill.answer_batch_size, sampled)
@@ -234,7 +234,7 @@ def generate_answers(model, tokenizer, examples: list[Example], spec: AnswerSpec
 
 def generation_settings(distill: DictConfig) -> dict:
     """How the answers were drawn, as a part's sidecar records it."""
-    if is_sampled(distill):
+    if paths.sampled_answers(distill):
         return {"greedy": False, "temperature": float(distill.answer_temperature), "seed": int(distill.answer_seed)}
     return {"greedy": True}
 
@@ -267,17 +267,13 @@ def ensure_target_answers(spec: AnswerSpec, train: list[Example], model=None, to
     if not missing(examples, read_answers(folder)):
         return folder
     model, tokenizer = load_target(spec, model, tokenizer)
-    if is_sampled(spec.distill):
+    if paths.sampled_answers(spec.distill):
         timing = generate_sampled_parts(model, tokenizer, examples, spec, folder)
     else:
         timing = generate_answers(model, tokenizer, examples, spec, folder)
     print(f"[adaspec] target answers: {timing['generated']} prompts, {timing['new_tokens']} tokens in "
           f"{timing['seconds']} s -> {folder / ANSWERS}")
     return folder
-
-
-def is_sampled(distill: DictConfig) -> bool:
-    return float(distill.get("answer_temperature", 0.0)) > 0
 
 
 def generate_sampled_parts(model, tokenizer, examples: list[Example], spec: AnswerSpec, folder: Path) -> dict:
