@@ -141,6 +141,12 @@ def test_bad_values_name_the_key(override, key):
         validate(compose_config(override))
 
 
+def test_the_reference_alone_is_a_valid_evaluation_and_no_draft_at_all_is_not():
+    assert validate(compose_config("eval.draft_ks=[]", "eval.reference=true")).eval.draft_ks == []
+    with pytest.raises(UserError, match="`eval.draft_ks`=\\[\\] is invalid: .*eval.reference=true"):
+        validate(compose_config("eval.draft_ks=[]"))
+
+
 @pytest.mark.parametrize(
     "override, value",
     [

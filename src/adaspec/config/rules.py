@@ -293,7 +293,8 @@ def _validate_eval(ev: DictConfig) -> None:
     _check(ev.get("tree_calibration_prompts", 1) >= 1, "eval.tree_calibration_prompts",
            ev.get("tree_calibration_prompts"), "must be >= 1 (the held-out prompts decode.tree=auto measures on)")
     _check(ev.n_prompts >= 1, "eval.n_prompts", ev.n_prompts, "must be >= 1")
-    _check(len(ev.draft_ks) >= 1, "eval.draft_ks", ev.draft_ks, "name at least one k")
+    _check(len(ev.draft_ks) >= 1 or ev.reference, "eval.draft_ks", ev.draft_ks,
+           "name at least one k, or add eval.reference=true to evaluate the reference alone")
     _check(
         all(0.0 < k <= 1.0 for k in ev.draft_ks), "eval.draft_ks", ev.draft_ks, "every k must be in (0, 1]"
     )
