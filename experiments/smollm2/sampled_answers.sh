@@ -4,13 +4,15 @@
 # recipe: paper=smollm2_gsm8k_head) on the answers to the first N GSM8K training problems (the 64 after them
 # validate), greedy (committed) against sampled at temperature 1 (seed 0, batches of 64, written as committed
 # parts), each evaluated greedy on 40 test prompts (gamma 3, replayed) and at temperature 1 on 20.
-#   experiments/smollm2/sampled_answers.sh greedy|sampled [N=1024]
+#   [SEED=s] experiments/smollm2/sampled_answers.sh greedy|sampled [N=1024]
+# SEED (default 0) seeds the head (its initialisation and data order), the same in both arms so that seeds pair
+# them; the sampled answers are always seed 0's. Results of seed s > 0 go to <arm>-n<N>-seed<s>/.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
 # (experiments/results/smollm2-target-answers/gsm8k/chat-max256-t1-s0-b64/parts/) as they finish, and
 # experiments/results/smollm2/sampled-answers/ at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-arm=$1 n=${2:-1024}
+arm=$1 n=${2:-1024} seed=${SEED:-0}
 PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline
 case $arm in
@@ -18,8 +20,8 @@ case $arm in
   sampled) sampling=(distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64) ;;
   *) echo "usage: $0 greedy|sampled [N]" >&2; exit 2 ;;
 esac
-common=(paper=smollm2_gsm8k_head seed=0 "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}")
-out=experiments/results/smollm2/sampled-answers/$arm-n$n
+common=(paper=smollm2_gsm8k_head "seed=$seed" "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}")
+out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }
 

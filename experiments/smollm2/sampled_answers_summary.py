@@ -3,8 +3,9 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
 
     python experiments/smollm2/sampled_answers_summary.py [--n 1024]
 
-Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>/{greedy,t1,ref-metrics}.json for the arms that
-have finished and writes summary.md beside them. The validation KL is each arm's on its own answers (the greedy
+Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>]/{greedy,t1,ref-metrics}.json for the
+arms and seeds that have finished and writes summary.md beside them; with two seeds or more finished in both
+arms, the paired differences (sampled − greedy) over those seeds with their 95 % intervals. The validation KL is each arm's on its own answers (the greedy
 or the sampled answers to the same 64 problems), so it compares the heads only within an arm.
 """
 
@@ -14,8 +15,11 @@ import argparse
 import json
 from pathlib import Path
 
+from adaspec.paper.stats import interval, mean_and_spread, paired_difference
+
 ROOT = Path("experiments/results/smollm2/sampled-answers")
-ARMS = {"greedy": "the target's greedy answers", "sampled": "its answers sampled at temperature 1 (seed 0)"}
+COMPARED = ("greedy alpha", "t1 alpha", "t1 accept rate")
+ARMS = {"greedy": "the target's greedy answers", "sampled": "its answers sampled at temperature 1 (answer seed 0)"}
 
 
 def arm_row(folder: Path) -> dict[str, float] | None:
@@ -36,30 +40,42 @@ def arm_row(folder: Path) -> dict[str, float] | None:
     }
 
 
+def arm_folders(n: int) -> dict[tuple[str, int], Path]:
+    """(arm, seed) -> its folder, seed 0's without a suffix as sampled_answers.sh writes it."""
+    found = {(arm, 0): ROOT / f"{arm}-n{n}" for arm in ARMS}
+    for arm in ARMS:
+        for folder in ROOT.glob(f"{arm}-n{n}-seed*"):
+            found[arm, int(folder.name.rsplit("-seed", 1)[1])] = folder
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1024, help="training problems, as sampled_answers.sh's N")
     args = parser.parse_args()
-    rows = {arm: arm_row(ROOT / f"{arm}-n{args.n}") for arm in ARMS}
-    done = {arm: row for arm, row in rows.items() if row}
+    rows = {key: arm_row(folder) for key, folder in sorted(arm_folders(args.n).items(), key=lambda kv: kv[0][1])}
+    done = {key: row for key, row in rows.items() if row}
     if not done:
         raise SystemExit(f"no finished arm under {ROOT} for n={args.n}: run experiments/smollm2/sampled_answers.sh")
     columns = list(next(iter(done.values())))
     lines = [
         f"# demo-real's reference head on the first {args.n} GSM8K problems' answers: greedy against sampled",
         "",
-        "One seed; acceptance of chains at gamma 3: greedy on 40 test prompts, temperature 1 on 20.",
+        "Acceptance of chains at gamma 3: greedy on 40 test prompts, temperature 1 on 20; the seed is the head's.",
         "Written by `experiments/smollm2/sampled_answers_summary.py`.",
         "",
-        "| trained on | " + " | ".join(columns) + " |",
-        "|---" * (len(columns) + 1) + "|",
+        "| trained on | seed | " + " | ".join(columns) + " |",
+        "|---" * (len(columns) + 2) + "|",
     ]
-    for arm, row in done.items():
+    for (arm, seed), row in done.items():
         cells = [f"{row[c]:.0f}" if c in ("steps", "train s") else f"{row[c]:.3f}" for c in columns]
-        lines.append(f"| {ARMS[arm]} | " + " | ".join(cells) + " |")
-    if len(done) == len(ARMS):
-        diff = {c: done["sampled"][c] - done["greedy"][c] for c in ("greedy alpha", "t1 alpha", "t1 accept rate")}
-        lines += ["", "Sampled − greedy: " + ", ".join(f"{c} {v:+.3f}" for c, v in diff.items()) + "."]
+        lines.append(f"| {ARMS[arm]} | {seed} | " + " | ".join(cells) + " |")
+    seeds = sorted({seed for _, seed in done if all((arm, seed) in done for arm in ARMS)})
+    if seeds:
+        lines += ["", f"Sampled − greedy, paired by seed ({', '.join(map(str, seeds))}; mean ± std [95 % interval]):", ""]
+        for c in COMPARED:
+            d = paired_difference([done["sampled", s][c] for s in seeds], [done["greedy", s][c] for s in seeds])
+            lines.append(f"- {c}: {mean_and_spread(d, '+')}{interval(d, '+')}")
     (ROOT / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
