@@ -16,7 +16,7 @@ from adaspec.artefacts import paths
 from adaspec.artefacts.store import fingerprint, read_meta
 from adaspec.config.rules import validate
 from adaspec.data.datamodule import encode_all
-from adaspec.data.encoding import prompt_ids, stop_token_id
+from adaspec.data.encoding import IGNORE, prompt_ids, stop_token_id
 from adaspec.data.target_answers import (
     ANSWERS,
     AnswerSpec,
@@ -168,6 +168,47 @@ def test_the_official_budget_match_counts_the_finished_answers_only(setup):
         assert resolved.stage.batch_size == 10  # stage.batch_size 4 / k 0.4
         data, _, _ = build_data(StageRun.of(resolved), splits)  # the training splits are made once, from the task's
         assert len(data.train_set) == len(finished) - 1
+    finally:
+        path.write_text(original)
+
+
+def test_unfinished_answers_can_be_kept_cut_short_with_no_stop_token_learnt(setup):
+    """distill.keep_unfinished_answers=true trains (and validates) on every answer, the unfinished ones as the
+    target wrote them within its budget and with no stop token after them: other data, in other folders; the
+    default drops them and keeps its identity."""
+    dropped = setup("stage=ref", "distill.data=target")
+    build_cache(dropped)
+    path = paths.of(dropped).target_answers_dir() / ANSWERS
+    original = path.read_text()
+    records = sorted(read_answers(path.parent).values(), key=lambda r: r["index"])
+    next(r for r in records if r["index"] < N_TRAIN and r["stopped"])["stopped"] = False  # as if cut short
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        kept = setup("stage=ref", "distill.data=target", "distill.keep_unfinished_answers=true")
+        assert paths.of(kept).target_answers_dir() == paths.of(dropped).target_answers_dir()  # the same answers
+        assert paths.of(kept).teacher_cache_dir().name == f"target-answers-unfinished-n{N_TRAIN}-topk8"
+        assert paths.of(kept).ref_dir().name == "ref-target-answers-unfinished"
+        assert fingerprint(kept, "ref") != fingerprint(dropped, "ref")
+        off = setup("stage=ref", "distill.data=target", "distill.keep_unfinished_answers=false")
+        assert fingerprint(off, "ref") == fingerprint(dropped, "ref") and paths.of(off).ref_dir().name == "ref-target-answers"
+        with pytest.raises(UserError, match="distill.keep_unfinished_answers.*distill.data=target"):
+            setup("stage=ref", "distill.keep_unfinished_answers=true")  # the dataset's answers all finish
+        build_cache(kept)
+        tokenizer = AutoTokenizer.from_pretrained(str(paths.final(paths.of(kept).target_dir())))
+        stop = stop_token_id(tokenizer, "chat")
+        trained = {}
+        for name, c in (("dropped", dropped), ("kept", kept)):
+            resolved, splits = resolve_stage_config(c)
+            trained[name] = build_data(StageRun.of(resolved), splits)[0].train_set
+        stopped = [r["stopped"] for r in records[:N_TRAIN]]
+        assert len(trained["kept"]) == N_TRAIN and len(trained["dropped"]) == sum(stopped) < N_TRAIN
+        for e, record in zip(trained["kept"], records, strict=False):
+            answer = tokenizer(record["answer"], add_special_tokens=False)["input_ids"]
+            assert [label for label in e.labels if label != IGNORE] == answer + [stop] * record["stopped"]
+        cache = TeacherCache(paths.of(kept).teacher_cache_dir())
+        assert cache.meta["examples"] == N_TRAIN + kept.task.n_val
+        labelled = [sum(label != IGNORE for label in e.labels) for e in trained["kept"]]
+        assert np.diff(cache.offsets)[:N_TRAIN].tolist() == labelled
     finally:
         path.write_text(original)
 

@@ -4,7 +4,9 @@
 # recipe: paper=smollm2_gsm8k_head) on the answers to the first N GSM8K training problems (the 64 after them
 # validate), greedy (committed) against sampled at temperature 1 (seed 0, batches of 64, written as committed
 # parts), each evaluated greedy on 40 test prompts (gamma 3, replayed) and at temperature 1 on 20.
-#   [SEED=s] experiments/smollm2/sampled_answers.sh greedy|sampled [N=1024]
+#   [SEED=s] experiments/smollm2/sampled_answers.sh greedy|sampled|sampled-all [N=1024]
+# sampled-all trains on every sampled answer, those unfinished within 256 tokens cut short there
+# (distill.keep_unfinished_answers=true); greedy and sampled drop them.
 # SEED (default 0) seeds the head (its initialisation and data order), the same in both arms so that seeds pair
 # them; the sampled answers are always seed 0's. Results of seed s > 0 go to <arm>-n<N>-seed<s>/.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
@@ -17,15 +19,17 @@ PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline
 case $arm in
   greedy) sampling=() ;;
-  sampled) sampling=(distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64) ;;
-  *) echo "usage: $0 greedy|sampled [N]" >&2; exit 2 ;;
+  sampled|sampled-all) sampling=(distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64) ;;
+  *) echo "usage: $0 greedy|sampled|sampled-all [N]" >&2; exit 2 ;;
 esac
-common=(paper=smollm2_gsm8k_head "seed=$seed" "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}")
+kept=()
+[ "$arm" = sampled-all ] && kept=(distill.keep_unfinished_answers=true)
+common=(paper=smollm2_gsm8k_head "seed=$seed" "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}" "${kept[@]}")
 out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }
 
-if [ "$arm" = sampled ]; then  # the answers to problems 0..n+63 as committed parts of 256 problems, one at a time
+if [ "$arm" != greedy ]; then  # the answers to problems 0..n+63 as committed parts of 256 problems, one at a time
   for part in $(seq 0 $(((n + 64 - 1) / 256))); do
     step make --no-print-directory answer-parts ARGS="distill.answer_parts=$part ${sampling[*]}"
   done

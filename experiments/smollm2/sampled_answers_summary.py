@@ -4,9 +4,10 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
     python experiments/smollm2/sampled_answers_summary.py [--n 1024]
 
 Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>]/{greedy,t1,ref-metrics}.json for the
-arms and seeds that have finished and writes summary.md beside them; with two seeds or more finished in both
-arms, the paired differences (sampled − greedy) over those seeds with their 95 % intervals. The validation KL is each arm's on its own answers (the greedy
-or the sampled answers to the same 64 problems), so it compares the heads only within an arm.
+arms and seeds that have finished and writes summary.md beside them, with each arm's paired differences from
+the greedy arm over the seeds both have finished (95 % intervals from two seeds). The validation KL is each arm's
+on its own answers (the greedy or the sampled answers to the same 64 problems; sampled-all's include the
+unfinished ones), so it compares the heads only within an arm.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from adaspec.paper.stats import interval, mean_and_spread, paired_difference
 
 ROOT = Path("experiments/results/smollm2/sampled-answers")
 COMPARED = ("greedy alpha", "t1 alpha", "t1 accept rate")
-ARMS = {"greedy": "the target's greedy answers", "sampled": "its answers sampled at temperature 1 (answer seed 0)"}
+ARMS = {
+    "greedy": "the target's greedy answers",
+    "sampled": "its answers sampled at temperature 1 (answer seed 0)",
+    "sampled-all": "the same, the unfinished ones kept cut short",
+}
 
 
 def arm_row(folder: Path) -> dict[str, float] | None:
@@ -45,7 +50,7 @@ def arm_folders(n: int) -> dict[tuple[str, int], Path]:
     found = {(arm, 0): ROOT / f"{arm}-n{n}" for arm in ARMS}
     for arm in ARMS:
         for folder in ROOT.glob(f"{arm}-n{n}-seed*"):
-            found[arm, int(folder.name.rsplit("-seed", 1)[1])] = folder
+            found[arm, int(folder.name.removeprefix(f"{arm}-n{n}-seed"))] = folder
     return found
 
 
@@ -70,11 +75,13 @@ def main() -> None:
     for (arm, seed), row in done.items():
         cells = [f"{row[c]:.0f}" if c in ("steps", "train s") else f"{row[c]:.3f}" for c in columns]
         lines.append(f"| {ARMS[arm]} | {seed} | " + " | ".join(cells) + " |")
-    seeds = sorted({seed for _, seed in done if all((arm, seed) in done for arm in ARMS)})
-    if seeds:
-        lines += ["", f"Sampled − greedy, paired by seed ({', '.join(map(str, seeds))}; mean ± std [95 % interval]):", ""]
+    for arm in list(ARMS)[1:]:
+        seeds = sorted(seed for a, seed in done if a == arm and ("greedy", seed) in done)
+        if not seeds:
+            continue
+        lines += ["", f"{arm} − greedy, paired by seed ({', '.join(map(str, seeds))}; mean ± std [95 % interval]):", ""]
         for c in COMPARED:
-            d = paired_difference([done["sampled", s][c] for s in seeds], [done["greedy", s][c] for s in seeds])
+            d = paired_difference([done[arm, s][c] for s in seeds], [done["greedy", s][c] for s in seeds])
             lines.append(f"- {c}: {mean_and_spread(d, '+')}{interval(d, '+')}")
     (ROOT / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

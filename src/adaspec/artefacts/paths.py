@@ -60,6 +60,14 @@ def answers_sampling(distill: DictConfig | None) -> str:
     return f"-t{temperature:g}-s{distill.get('answer_seed', 0)}-b{distill.get('answer_batch_size', 16)}"
 
 
+def training_answers(distill: DictConfig | None) -> str:
+    """What the target-answer data of the caches, stages and evaluations is named after: how the answers were
+    drawn (`answers_sampling`), then `-unfinished` where the unfinished ones are kept
+    (distill.keep_unfinished_answers): the same answers folder, other training data."""
+    keep = distill is not None and bool(distill.get("keep_unfinished_answers", False))
+    return answers_sampling(distill) + ("-unfinished" if keep else "")
+
+
 def _data_suffix(data: str | None, sampling: str = "") -> str:
     """Drafts trained on the target's own answers (distill.data=target) live beside the dataset-trained ones."""
     return f"-target-answers{sampling}" if data == "target" else ""
@@ -84,7 +92,7 @@ class Layout:
     answers_prefix: str  # the caches' over the target's own answers (`of`)
     cache_name: str  # exact | topk<K>
     answers_name: str  # <task.prompt_format>-max<distill.answer_max_new_tokens>[-t<T>-s<seed>-b<batch>]
-    answers_sampling: str = ""  # answers_sampling(distill)
+    answers_variant: str = ""  # training_answers(distill)
 
     @property
     def model_root(self) -> Path:
@@ -106,7 +114,7 @@ class Layout:
 
     def ref_dir(self) -> Path:
         tag = _suffix(self.tag if self.stage == "ref" else self.ref_tag)
-        data = _data_suffix(self.reference_data, self.answers_sampling)
+        data = _data_suffix(self.reference_data, self.answers_variant)
         return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{data}"
 
     def draft_dir(self, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
@@ -114,7 +122,7 @@ class Layout:
         k = self.k if k is None else k
         tag = self._own_tag("draft") if tag is None else tag
         data = self.data if data is None else data
-        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data, self.answers_sampling)}"
+        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data, self.answers_variant)}"
         return self.model_root / f"seed{self.seed}" / name
 
     def pretrain_target_dir(self) -> Path:
@@ -137,7 +145,7 @@ class Layout:
         return self.target_dir() / "answers" / self.answers_name
 
     def eval_dir(self) -> Path:
-        data = _data_suffix(self.data, self.answers_sampling)
+        data = _data_suffix(self.data, self.answers_variant)
         return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{data}"
 
 
@@ -155,7 +163,8 @@ def of(cfg: DictConfig) -> Layout:
     # problems they cover: demo-real's first 500 and the whole answer set are other data for one target
     n_train = cfg.task.n_train if cfg.task.n_train is not None else "all"
     sampling = answers_sampling(distill)
-    answers_prefix = f"target-answers{sampling}-n{n_train}-" if fixed_answers(distill) == "target" else ""
+    target_answers = fixed_answers(distill) == "target"
+    answers_prefix = f"target-answers{training_answers(distill)}-n{n_train}-" if target_answers else ""
     kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
     kind += _suffix(cfg.model.get("draft_name") or "")
     return Layout(
@@ -176,7 +185,7 @@ def of(cfg: DictConfig) -> Layout:
         "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
         answers_name="" if distill is None else
         f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}{sampling}",
-        answers_sampling=sampling,
+        answers_variant=training_answers(distill),
     )
 
 

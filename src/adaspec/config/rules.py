@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig
 
-from adaspec.artefacts.paths import REFERENCE_TAG
+from adaspec.artefacts.paths import REFERENCE_TAG, fixed_answers
 from adaspec.config.schema import (
     PRETRAIN_STAGES,
     Corpus,
@@ -133,6 +133,9 @@ def _validate_distill(distill: DictConfig) -> None:
         _check(distill[key] >= 1, f"distill.{key}", distill[key], "must be >= 1")
     _check(distill.answer_temperature >= 0, "distill.answer_temperature", distill.answer_temperature,
            "must be >= 0 (0: the target's greedy answers)")
+    _check(not distill.keep_unfinished_answers or fixed_answers(distill) == "target",
+           "distill.keep_unfinished_answers", distill.keep_unfinished_answers,
+           "acts on the target's answers only: set distill.data=target (or data=mixed mixed_with=target)")
     _check(
         not (distill.cache_ref_kl and distill.teacher != TeacherSource.cache),
         "distill.cache_ref_kl",

@@ -24,7 +24,7 @@ def encode_all(
 ) -> list[Encoded]:
     """Every example encoded (`encode_example`; task.prompt_format: plain or chat), indexed from first_index."""
     return [
-        encode_example(tokenizer, e.prompt, e.target, max_length, first_index + i, prompt_format)
+        encode_example(tokenizer, e.prompt, e.target, max_length, first_index + i, prompt_format, e.finished)
         for i, e in enumerate(examples)
     ]
 

@@ -328,13 +328,14 @@ def write_answer_parts(spec: AnswerSpec, parts: str) -> list[Path]:
 
 def with_target_answers(spec: AnswerSpec, splits: dict[str, list[Example]]) -> dict[str, list[Example]]:
     """`splits` with every training answer replaced by the target's finished answer to the same prompt
-    (unfinished ones dropped) and, as "test", the target's finished answers to the held-out prompts (what
-    the data module validates on; evaluation loads the test split itself). A clear error when answers are
-    missing."""
+    (unfinished ones dropped, or kept cut short with distill.keep_unfinished_answers) and, as "test", the
+    target's answers to the held-out prompts, the same way (what the data module validates on; evaluation
+    loads the test split itself). A clear error when answers are missing."""
     folder = spec.layout.target_answers_dir()
     check_answers_target(spec, folder)
     saved = read_answers(folder)
     examples = answered_examples(spec.task, splits["train"])
+    keep_unfinished = bool(spec.distill.get("keep_unfinished_answers", False))
     answered = []
     for i, example in enumerate(examples):
         record = saved.get(i)
@@ -344,14 +345,16 @@ def with_target_answers(spec: AnswerSpec, splits: dict[str, list[Example]]) -> d
                 f"generate them with `make answers ARGS=\"...\"` (python -m adaspec.commands.answers) with this run's "
                 f"task and model settings"
             )
-        answered.append(replace(example, target=record["answer"]) if record["stopped"] else None)
+        kept = record["stopped"] or keep_unfinished
+        answered.append(replace(example, target=record["answer"], finished=record["stopped"]) if kept else None)
     n_train = len(splits["train"])
     train = [e for e in answered[:n_train] if e is not None]
     held_out = [e for e in answered[n_train:] if e is not None]
     for name, finished in (("training", train), ("held-out validation", held_out)):
         if not finished:
             raise UserError(f"none of the target answers to the {name} prompts in {folder} finished within "
-                            f"distill.answer_max_new_tokens={spec.distill.answer_max_new_tokens}; raise it")
+                            f"distill.answer_max_new_tokens={spec.distill.answer_max_new_tokens}; raise it, or "
+                            f"train on them cut short with distill.keep_unfinished_answers=true")
     return {**splits, "train": train, "test": held_out}
 
 
