@@ -162,9 +162,8 @@ def of(cfg: DictConfig) -> Layout:
     # caches over the target's own answers (other tokens than the dataset's) say so, and how many training
     # problems they cover: demo-real's first 500 and the whole answer set are other data for one target
     n_train = cfg.task.n_train if cfg.task.n_train is not None else "all"
-    sampling = answers_sampling(distill)
-    target_answers = fixed_answers(distill) == "target"
-    answers_prefix = f"target-answers{training_answers(distill)}-n{n_train}-" if target_answers else ""
+    sampling, variant = answers_sampling(distill), training_answers(distill)
+    answers_prefix = f"target-answers{variant}-n{n_train}-" if fixed_answers(distill) == "target" else ""
     kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
     kind += _suffix(cfg.model.get("draft_name") or "")
     return Layout(
@@ -185,7 +184,7 @@ def of(cfg: DictConfig) -> Layout:
         "exact" if distill.cache_mode == "exact" else f"topk{distill.cache_topk}",
         answers_name="" if distill is None else
         f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}{sampling}",
-        answers_variant=training_answers(distill),
+        answers_variant=variant,
     )
 
 
