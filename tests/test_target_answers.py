@@ -202,7 +202,7 @@ def test_unfinished_answers_can_be_kept_cut_short_with_no_stop_token_learnt(setu
             trained[name] = build_data(StageRun.of(resolved), splits)[0].train_set
         stopped = [r["stopped"] for r in records[:N_TRAIN]]
         assert len(trained["kept"]) == N_TRAIN and len(trained["dropped"]) == sum(stopped) < N_TRAIN
-        for e, record in zip(trained["kept"], records, strict=False):
+        for e, record in zip(trained["kept"], records[:N_TRAIN], strict=True):
             answer = tokenizer(record["answer"], add_special_tokens=False)["input_ids"]
             assert [label for label in e.labels if label != IGNORE] == answer + [stop] * record["stopped"]
         cache = TeacherCache(paths.of(kept).teacher_cache_dir())

@@ -60,12 +60,17 @@ def answers_sampling(distill: DictConfig | None) -> str:
     return f"-t{temperature:g}-s{distill.get('answer_seed', 0)}-b{distill.get('answer_batch_size', 16)}"
 
 
+def keeps_unfinished_answers(distill: DictConfig | None) -> bool:
+    """Whether the target's answers unfinished within their budget are trained on, cut short
+    (distill.keep_unfinished_answers), not dropped."""
+    return distill is not None and bool(distill.get("keep_unfinished_answers", False))
+
+
 def training_answers(distill: DictConfig | None) -> str:
     """What the target-answer data of the caches, stages and evaluations is named after: how the answers were
-    drawn (`answers_sampling`), then `-unfinished` where the unfinished ones are kept
-    (distill.keep_unfinished_answers): the same answers folder, other training data."""
-    keep = distill is not None and bool(distill.get("keep_unfinished_answers", False))
-    return answers_sampling(distill) + ("-unfinished" if keep else "")
+    drawn (`answers_sampling`), then `-unfinished` where the unfinished ones are kept: the same answers
+    folder, other training data."""
+    return answers_sampling(distill) + ("-unfinished" if keeps_unfinished_answers(distill) else "")
 
 
 def _data_suffix(data: str | None, sampling: str = "") -> str:

@@ -83,9 +83,8 @@ def encode_example(
     """Prompt ids then target ids + the stop token, truncated to `max_length`; labels mask the prompt.
     `finished=False` (a target cut short): no stop token, which would teach that answers end there."""
     prompt_part = prompt_ids(tokenizer, prompt, prompt_format)
-    target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [
-        stop_token_id(tokenizer, prompt_format)
-    ][: int(finished)]
+    stop = [stop_token_id(tokenizer, prompt_format)] if finished else []
+    target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + stop
     ids = (prompt_part + target_ids)[:max_length]
     labels = ([IGNORE] * len(prompt_part) + target_ids)[:max_length]
     return Encoded(ids, labels, index)

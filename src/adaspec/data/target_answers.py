@@ -335,7 +335,7 @@ def with_target_answers(spec: AnswerSpec, splits: dict[str, list[Example]]) -> d
     check_answers_target(spec, folder)
     saved = read_answers(folder)
     examples = answered_examples(spec.task, splits["train"])
-    keep_unfinished = bool(spec.distill.get("keep_unfinished_answers", False))
+    keep_unfinished = paths.keeps_unfinished_answers(spec.distill)
     answered = []
     for i, example in enumerate(examples):
         record = saved.get(i)
