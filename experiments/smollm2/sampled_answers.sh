@@ -4,17 +4,19 @@
 # recipe: paper=smollm2_gsm8k_head) on the answers to the first N GSM8K training problems (the 64 after them
 # validate), greedy (committed) against sampled at temperature 1 (seed 0, batches of 64, written as committed
 # parts), each evaluated greedy on 40 test prompts (gamma 3, replayed) and at temperature 1 on 20.
-#   [SEED=s] experiments/smollm2/sampled_answers.sh greedy|sampled|sampled-all [N=1024]
+#   [SEED=s] [STEPS=n] experiments/smollm2/sampled_answers.sh greedy|sampled|sampled-all [N=1024]
 # sampled-all trains on every sampled answer, those unfinished within 256 tokens cut short there
 # (distill.keep_unfinished_answers=true); greedy and sampled drop them.
 # SEED (default 0) seeds the head (its initialisation and data order), the same in both arms so that seeds pair
 # them; the sampled answers are always seed 0's. Results of seed s > 0 go to <arm>-n<N>-seed<s>/.
+# STEPS trains the head that many steps of 8 instead of the recipe's 480 (its folder tagged steps<n>, results in
+# <arm>-n<N>[-seed<s>]-steps<n>/), everything else the same: what more steps on the same answers add.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
 # (experiments/results/smollm2-target-answers/gsm8k/chat-max256-t1-s0-b64/parts/) as they finish, and
 # experiments/results/smollm2/sampled-answers/ at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-arm=$1 n=${2:-1024} seed=${SEED:-0}
+arm=$1 n=${2:-1024} seed=${SEED:-0} steps=${STEPS:-}
 PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline
 case $arm in
@@ -25,7 +27,11 @@ esac
 kept=()
 [ "$arm" = sampled-all ] && kept=(distill.keep_unfinished_answers=true)
 common=(paper=smollm2_gsm8k_head "seed=$seed" "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}" "${kept[@]}")
-out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")
+tagged=() reading=() sfx=""
+if [ -n "$steps" ]; then
+  sfx=-steps$steps tagged=("stage.max_steps=$steps" "stage.tag=steps$steps") reading=("distill.ref_tag=steps$steps")
+fi
+out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")$sfx
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }
 
@@ -35,16 +41,16 @@ if [ "$arm" != greedy ]; then  # the answers to problems 0..n+63 as committed pa
   done
 fi
 step "$PY" -m adaspec.commands.cache "${common[@]}"
-step "$PY" -m adaspec.commands.train "${common[@]}" stage=ref resume=true
-step "$PY" -m adaspec.commands.evaluate "${common[@]}" "eval.draft_ks=[]" eval.reference=true "eval.draft_tags=['']" \
-  eval.name=greedy
-step "$PY" -m adaspec.commands.evaluate "${common[@]}" "eval.draft_ks=[]" eval.reference=true "eval.draft_tags=['']" \
-  decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 eval.name=t1
+step "$PY" -m adaspec.commands.train "${common[@]}" stage=ref resume=true "${tagged[@]}"
+step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
+  "eval.draft_tags=['']" "eval.name=greedy$sfx"
+step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
+  "eval.draft_tags=['']" decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 "eval.name=t1$sfx"
 layout=$("$PY" -c "
 import sys; from adaspec.toolkit import checked_config; from adaspec.artefacts import paths
-layout = paths.of(checked_config(*sys.argv[1:])); print(layout.ref_dir(), layout.eval_dir())" "${common[@]}" stage=ref)
+layout = paths.of(checked_config(*sys.argv[1:])); print(layout.ref_dir(), layout.eval_dir())" "${common[@]}" stage=ref "${tagged[@]}")
 read -r ref eval <<< "$layout"
 cp "$ref/final/metrics.json" "$out/ref-metrics.json"
-cp "$eval"/greedy-*/results.json "$out/greedy.json"
-cp "$eval"/t1-*/results.json "$out/t1.json"
+cp "$eval/greedy$sfx"-g3-*/results.json "$out/greedy.json"
+cp "$eval/t1$sfx"-g3-*/results.json "$out/t1.json"
 echo "=== $(date -u +%H:%M:%S) done: $out" | tee -a "$out/steps.log"
