@@ -3,9 +3,10 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
 
     python experiments/smollm2/sampled_answers_summary.py [--n 1024]
 
-Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>]/{greedy,t1,ref-metrics}.json for the
-arms and seeds that have finished and writes summary.md beside them, with each arm's paired differences from
-the greedy arm over the seeds both have finished (95 % intervals from two seeds). The validation KL is each arm's
+Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>][-steps<k>]/{greedy,t1,ref-metrics}.json
+for the arms, seeds and step counts that have finished and writes summary.md beside them, with each arm's paired
+differences from the greedy arm over the seeds both have finished (95 % intervals from two seeds or more), and each
+longer run's from the same arm at the recipe's 480 steps. The validation KL is each arm's
 on its own answers (the greedy or the sampled answers to the same 64 problems; sampled-all's include the
 unfinished ones), so it compares the heads only within an arm.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from adaspec.paper.stats import interval, mean_and_spread, paired_difference
@@ -45,20 +47,49 @@ def arm_row(folder: Path) -> dict[str, float] | None:
     }
 
 
-def arm_folders(n: int) -> dict[tuple[str, int], Path]:
-    """(arm, seed) -> its folder, seed 0's without a suffix as sampled_answers.sh writes it."""
-    found = {(arm, 0): ROOT / f"{arm}-n{n}" for arm in ARMS}
-    for arm in ARMS:
-        for folder in ROOT.glob(f"{arm}-n{n}-seed*"):
-            found[arm, int(folder.name.removeprefix(f"{arm}-n{n}-seed"))] = folder
+RECIPE_STEPS = 480
+
+
+def arm_folders(n: int) -> dict[tuple[str, int, int], Path]:
+    """(arm, steps, seed) -> its folder, named as sampled_answers.sh names it: seed 0 and the recipe's steps
+    without a suffix."""
+    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?")
+    found = {}
+    for folder in ROOT.iterdir():
+        if folder.is_dir() and (match := name.fullmatch(folder.name)):
+            arm, seed, steps = match.groups()
+            found[arm, int(steps or RECIPE_STEPS), int(seed or 0)] = folder
     return found
+
+
+def arm_name(arm: str, steps: int) -> str:
+    return ARMS[arm] + ("" if steps == RECIPE_STEPS else f", {steps} steps")
+
+
+def short_name(arm: str, steps: int) -> str:
+    return arm + ("" if steps == RECIPE_STEPS else f" ({steps} steps)")
+
+
+def differences(done: dict, arm: tuple[str, int], base: tuple[str, int]) -> list[str]:
+    """`arm` − `base` (each (arm, steps)), paired by the seeds both have finished; nothing when none."""
+    seeds = sorted(seed for a, steps, seed in done if (a, steps) == arm and (*base, seed) in done)
+    if not seeds:
+        return []
+    lines = ["", f"{short_name(*arm)} − {short_name(*base)}, paired by seed ({', '.join(map(str, seeds))}; "
+                 "mean ± std [95 % interval]):", ""]
+    for c in COMPARED:
+        d = paired_difference([done[(*arm, s)][c] for s in seeds], [done[(*base, s)][c] for s in seeds])
+        lines.append(f"- {c}: {mean_and_spread(d, '+')}{interval(d, '+')}")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1024, help="training problems, as sampled_answers.sh's N")
     args = parser.parse_args()
-    rows = {key: arm_row(folder) for key, folder in sorted(arm_folders(args.n).items(), key=lambda kv: kv[0][1])}
+    order = {arm: i for i, arm in enumerate(ARMS)}
+    folders = sorted(arm_folders(args.n).items(), key=lambda kv: (kv[0][1], kv[0][2], order[kv[0][0]]))
+    rows = {key: arm_row(folder) for key, folder in folders}
     done = {key: row for key, row in rows.items() if row}
     if not done:
         raise SystemExit(f"no finished arm under {ROOT} for n={args.n}: run experiments/smollm2/sampled_answers.sh")
@@ -72,17 +103,13 @@ def main() -> None:
         "| trained on | seed | " + " | ".join(columns) + " |",
         "|---" * (len(columns) + 2) + "|",
     ]
-    for (arm, seed), row in done.items():
+    for (arm, steps, seed), row in done.items():
         cells = [f"{row[c]:.0f}" if c in ("steps", "train s") else f"{row[c]:.3f}" for c in columns]
-        lines.append(f"| {ARMS[arm]} | {seed} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm_name(arm, steps)} | {seed} | " + " | ".join(cells) + " |")
     for arm in list(ARMS)[1:]:
-        seeds = sorted(seed for a, seed in done if a == arm and ("greedy", seed) in done)
-        if not seeds:
-            continue
-        lines += ["", f"{arm} − greedy, paired by seed ({', '.join(map(str, seeds))}; mean ± std [95 % interval]):", ""]
-        for c in COMPARED:
-            d = paired_difference([done[arm, s][c] for s in seeds], [done["greedy", s][c] for s in seeds])
-            lines.append(f"- {c}: {mean_and_spread(d, '+')}{interval(d, '+')}")
+        lines += differences(done, (arm, RECIPE_STEPS), ("greedy", RECIPE_STEPS))
+    for arm, steps in sorted({(a, steps) for a, steps, _ in done if steps != RECIPE_STEPS}):
+        lines += differences(done, (arm, steps), (arm, RECIPE_STEPS))
     (ROOT / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
