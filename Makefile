@@ -117,16 +117,16 @@ demo-real: models
 # CONVERGE_STEPS steps on the same answers without early stopping, validated every 20 steps, its greedy acceptance
 # at gamma 3 measured every 50 (16 held-out prompts) -> experiments/results/smollm2/head-convergence/curves.json and .png. Resumable: rerun it after an interruption.
 CONVERGE_STEPS ?= 400
-CONVERGED := outputs/gsm8k/smollm2/seed0/ref-eagle3-steps$(CONVERGE_STEPS)-target-answers
+CONVERGING := stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.batch_size=32 stage.max_steps=$(CONVERGE_STEPS) \
+	stage.val_every_n_steps=20 stage.early_stop_patience=0 stage.monitor_every_n_steps=50 gamma=3 \
+	stage.tag=steps$(CONVERGE_STEPS) $(ARGS)
 head-convergence: models
 	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
 	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
 	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
-	$(TRAIN) stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.batch_size=32 stage.max_steps=$(CONVERGE_STEPS) \
-		stage.val_every_n_steps=20 stage.early_stop_patience=0 \
-		stage.monitor_every_n_steps=50 gamma=3 stage.tag=steps$(CONVERGE_STEPS) $(ARGS)
-	$(PY) -m adaspec.commands.curves --run "$(CONVERGE_STEPS) steps=$(CONVERGED)" --out experiments/results/smollm2/head-convergence \
-		--title "demo-real's reference head on every GSM8K answer of the target"
+	$(TRAIN) $(CONVERGING)
+	$(PY) -m adaspec.commands.curves --run "$(CONVERGE_STEPS) steps=$$($(PY) -m adaspec.commands.folder $(CONVERGING))" \
+		--out experiments/results/smollm2/head-convergence --title "demo-real's reference head on every GSM8K answer of the target"
 
 # The same target and data with independent drafts (a Llama 128x4 over the 8,192 most frequent tokens) instead
 # of heads: stage 0 first (the draft distils the target on the stdlib corpus and 2000 training prompts: one-off,

@@ -113,8 +113,11 @@ def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and
     assert long_ref.task == demo_ref.task and long_ref.distill == demo_ref.distill and long_ref.model == demo_ref.model
     assert paths.of(long_ref).teacher_cache_dir() == paths.of(demo_ref).teacher_cache_dir()
     assert paths.of(long_ref).ref_dir() != paths.of(demo_ref).ref_dir()  # beside demo-real's head, not over it
-    curves = commands[4][1]
-    assert str(paths.of(long_ref).ref_dir()) in curves[curves.index("--run") + 1]
+    # the curves read the folder the folder command finds for the training's own overrides, ARGS included
+    run = commands[4][1][commands[4][1].index("--run") + 1]
+    assert run.startswith(f"{long_ref.stage.max_steps} steps=$(") and run.endswith(")")
+    finder = shlex.split(run[run.index("$(") + 2 : -1])
+    assert finder[finder.index("-m") + 1 :] == ["adaspec.commands.folder", *commands[3][1]]
 
 
 def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of_its_own():
