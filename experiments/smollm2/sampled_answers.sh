@@ -11,12 +11,14 @@
 # them; the sampled answers are always seed 0's. Results of seed s > 0 go to <arm>-n<N>-seed<s>/.
 # STEPS trains the head that many steps of 8 instead of the recipe's 480 (its folder tagged steps<n>, results in
 # <arm>-n<N>[-seed<s>]-steps<n>/), everything else the same: what more steps on the same answers add.
+# TREE=<shape> (e.g. k4-d4-n8) adds a temperature-1 evaluation of the head as that draft tree beside its chain
+# (eval.trees, the same 20 prompts): t1-<shape>.json.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
 # (experiments/results/smollm2-target-answers/gsm8k/chat-max256-t1-s0-b64/parts/) as they finish, and
 # experiments/results/smollm2/sampled-answers/ at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-arm=$1 n=${2:-1024} seed=${SEED:-0} steps=${STEPS:-}
+arm=$1 n=${2:-1024} seed=${SEED:-0} steps=${STEPS:-} tree=${TREE:-}
 PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline
 case $arm in
@@ -46,11 +48,17 @@ step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.dra
   "eval.draft_tags=['']" "eval.name=greedy$sfx"
 step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
   "eval.draft_tags=['']" decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 "eval.name=t1$sfx"
+if [ -n "$tree" ]; then
+  step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
+    "eval.draft_tags=['']" decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 "eval.trees=[$tree]" \
+    "eval.name=t1$sfx-$tree"
+fi
 layout=$("$PY" -c "
 import sys; from adaspec.toolkit import checked_config; from adaspec.artefacts import paths
 layout = paths.of(checked_config(*sys.argv[1:])); print(layout.ref_dir(), layout.eval_dir())" "${common[@]}" stage=ref "${tagged[@]}")
 read -r ref eval <<< "$layout"
 cp "$ref/final/metrics.json" "$out/ref-metrics.json"
-cp "$eval/greedy$sfx"-g3-*/results.json "$out/greedy.json"
-cp "$eval/t1$sfx"-g3-*/results.json "$out/t1.json"
+cp "$eval"/greedy-*-"greedy$sfx"/results.json "$out/greedy.json"  # <setting>-<eval.name>
+cp "$eval"/t1-*-"t1$sfx"/results.json "$out/t1.json"
+[ -z "$tree" ] || cp "$eval"/t1-*-"t1$sfx-$tree"/results.json "$out/t1-$tree.json"
 echo "=== $(date -u +%H:%M:%S) done: $out" | tee -a "$out/steps.log"
