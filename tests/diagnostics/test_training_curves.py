@@ -14,7 +14,7 @@ from adaspec.artefacts import paths
 from adaspec.commands.curves import main as curves_main
 from adaspec.commands.curves import parse_run
 from adaspec.config.rules import validate
-from adaspec.diagnostics.training_curves import read_curves, settled_step
+from adaspec.diagnostics.training_curves import drawn_curves, plot_training_curves, read_curves, settled_step
 from adaspec.training.pipeline import run_stage
 
 
@@ -77,3 +77,13 @@ def test_a_label_may_carry_an_equals_sign(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "metrics.csv").write_text("epoch,step\n")
     assert parse_run(f"AdaSPEC k=0.4={tmp_path}") == ("AdaSPEC k=0.4", tmp_path)
+
+
+def test_a_panel_only_for_the_curves_some_run_logged(tmp_path):
+    without_monitor = {"curves": {"val/kl": [[80, 4.6], [160, 3.7]], "monitor/alpha": []}}
+    with_monitor = {"curves": {"val/kl": [[20, 9.2]], "monitor/alpha": [[50, 0.49]]}}
+    assert drawn_curves({"a": without_monitor}) == ["val/kl"]
+    assert drawn_curves({"a": without_monitor, "b": with_monitor}) == ["val/kl", "monitor/alpha"]
+    assert drawn_curves({"a": {"curves": {"val/kl": [], "monitor/alpha": []}}}) == ["val/kl"]
+    for runs in ({"a": without_monitor}, {"a": without_monitor, "b": with_monitor}):
+        assert plot_training_curves(runs, "t", tmp_path / f"{len(runs)}.png").stat().st_size > 0

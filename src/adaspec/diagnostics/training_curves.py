@@ -1,5 +1,6 @@
 """Learning curves of trained stages: the validation KL and the acceptance monitor's greedy alpha against
-optimiser steps, read from each stage folder's `logs/metrics.csv`, drawn as two panels sharing the step axis.
+optimiser steps, read from each stage folder's `logs/metrics.csv`, drawn as panels sharing the step axis (the
+alpha panel only where a run ran the monitor).
 
 `settled_step` says where a curve stops paying: the first logged step whose value is within `share` of the
 best the run reached (lowest KL, highest alpha), the figure a step budget is chosen from.
@@ -65,11 +66,19 @@ def run_summary(folder: Path) -> dict[str, Any]:
     }
 
 
+def drawn_curves(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """The columns of CURVES that some run logged (runs without the acceptance monitor get no alpha panel), or
+    the validation KL's alone when none did."""
+    return [column for column in CURVES if any(run["curves"][column] for run in runs.values())] or ["val/kl"]
+
+
 def plot_training_curves(runs: dict[str, dict[str, Any]], title: str, path: Path) -> Path:
-    """One panel per column of CURVES, one line per run (label -> run_summary)."""
-    fig = Figure(figsize=(7, 6))
-    axes = fig.subplots(len(CURVES), 1, sharex=True)
-    for ax, (column, (label, _)) in zip(axes, CURVES.items(), strict=True):
+    """One panel per column of `drawn_curves`, one line per run (label -> run_summary)."""
+    columns = drawn_curves(runs)
+    fig = Figure(figsize=(7, 3 * len(columns)))
+    axes = fig.subplots(len(columns), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, column in zip(axes, columns, strict=True):
+        label = CURVES[column][0]
         for name, run in runs.items():
             points = run["curves"][column]
             if points:
