@@ -44,15 +44,12 @@ if [ "$arm" != greedy ]; then  # the answers to problems 0..n+63 as committed pa
 fi
 step "$PY" -m adaspec.commands.cache "${common[@]}"
 step "$PY" -m adaspec.commands.train "${common[@]}" stage=ref resume=true "${tagged[@]}"
-step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
-  "eval.draft_tags=['']" "eval.name=greedy$sfx"
-step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
-  "eval.draft_tags=['']" decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 "eval.name=t1$sfx"
-if [ -n "$tree" ]; then
-  step "$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true \
-    "eval.draft_tags=['']" decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0 "eval.trees=[$tree]" \
-    "eval.name=t1$sfx-$tree"
-fi
+head_eval=("$PY" -m adaspec.commands.evaluate "${common[@]}" "${reading[@]}" "eval.draft_ks=[]" eval.reference=true
+           "eval.draft_tags=['']")
+t1=(decode.temperature=1.0 eval.n_prompts=20 eval.gamma_sweep_prompts=0)
+step "${head_eval[@]}" "eval.name=greedy$sfx"
+step "${head_eval[@]}" "${t1[@]}" "eval.name=t1$sfx"
+[ -z "$tree" ] || step "${head_eval[@]}" "${t1[@]}" "eval.trees=[$tree]" "eval.name=t1$sfx-$tree"
 layout=$("$PY" -c "
 import sys; from adaspec.toolkit import checked_config; from adaspec.artefacts import paths
 layout = paths.of(checked_config(*sys.argv[1:])); print(layout.ref_dir(), layout.eval_dir())" "${common[@]}" stage=ref "${tagged[@]}")
