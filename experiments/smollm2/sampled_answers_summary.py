@@ -1,14 +1,14 @@
 """The table of `sampled_answers.sh`'s arms: each reference head's acceptance greedy (40 prompts) and at
 temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
 
-    python experiments/smollm2/sampled_answers_summary.py [--n 1024]
+    python experiments/smollm2/sampled_answers_summary.py [--n 1024] [--root FOLDER]
 
 Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>][-steps<k>]/{greedy,t1,ref-metrics}.json
 for the arms, seeds and step counts that have finished and writes summary.md beside them, with each arm's paired
 differences from the greedy arm over the seeds both have finished (95 % intervals from two seeds or more), and each
-longer run's from the same arm at the recipe's 480 steps. The validation KL is each arm's
-on its own answers (the greedy or the sampled answers to the same 64 problems; sampled-all's include the
-unfinished ones), so it compares the heads only within an arm.
+longer run's from the same arm at the recipe's 480 steps and from the greedy arm at its own steps. The
+validation KL is each arm's on its own answers (the greedy or the sampled answers to the same 64 problems;
+sampled-all's include the unfinished ones), so it compares the heads only within an arm.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ def arm_row(folder: Path) -> dict[str, float] | None:
 RECIPE_STEPS = 480
 
 
-def arm_folders(n: int) -> dict[tuple[str, int, int], Path]:
+def arm_folders(root: Path, n: int) -> dict[tuple[str, int, int], Path]:
     """(arm, steps, seed) -> its folder, named as sampled_answers.sh names it: seed 0 and the recipe's steps
     without a suffix."""
     name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?")
     found = {}
-    for folder in ROOT.iterdir():
+    for folder in root.iterdir():
         if folder.is_dir() and (match := name.fullmatch(folder.name)):
             arm, seed, steps = match.groups()
             found[arm, int(steps or RECIPE_STEPS), int(seed or 0)] = folder
@@ -86,13 +86,14 @@ def differences(done: dict, arm: tuple[str, int], base: tuple[str, int]) -> list
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1024, help="training problems, as sampled_answers.sh's N")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the arms' results folder")
     args = parser.parse_args()
     order = {arm: i for i, arm in enumerate(ARMS)}
-    folders = sorted(arm_folders(args.n).items(), key=lambda kv: (kv[0][1], kv[0][2], order[kv[0][0]]))
+    folders = sorted(arm_folders(args.root, args.n).items(), key=lambda kv: (kv[0][1], kv[0][2], order[kv[0][0]]))
     rows = {key: arm_row(folder) for key, folder in folders}
     done = {key: row for key, row in rows.items() if row}
     if not done:
-        raise SystemExit(f"no finished arm under {ROOT} for n={args.n}: run experiments/smollm2/sampled_answers.sh")
+        raise SystemExit(f"no finished arm under {args.root} for n={args.n}: run experiments/smollm2/sampled_answers.sh")
     columns = list(next(iter(done.values())))
     lines = [
         f"# demo-real's reference head on the first {args.n} GSM8K problems' answers: greedy against sampled",
@@ -108,9 +109,13 @@ def main() -> None:
         lines.append(f"| {arm_name(arm, steps)} | {seed} | " + " | ".join(cells) + " |")
     for arm in list(ARMS)[1:]:
         lines += differences(done, (arm, RECIPE_STEPS), ("greedy", RECIPE_STEPS))
-    for arm, steps in sorted({(a, steps) for a, steps, _ in done if steps != RECIPE_STEPS}):
+    longer = sorted({(a, steps) for a, steps, _ in done if steps != RECIPE_STEPS})
+    for arm, steps in longer:
         lines += differences(done, (arm, steps), (arm, RECIPE_STEPS))
-    (ROOT / "summary.md").write_text("\n".join(lines) + "\n")
+    for arm, steps in longer:  # the answers' effect at the longer runs' steps too
+        if arm != "greedy":
+            lines += differences(done, (arm, steps), ("greedy", steps))
+    (args.root / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

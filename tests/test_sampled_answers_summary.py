@@ -1,0 +1,76 @@
+"""experiments/smollm2/sampled_answers_summary.py: the table of sampled_answers.sh's finished runs, each arm's
+paired differences from the greedy arm, and each longer run's from its own arm at 480 steps and from the greedy
+arm at its own steps; an unfinished run is left out, and a folder with none names the script that makes them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "experiments" / "smollm2" / "sampled_answers_summary.py"
+
+
+def write_run(root: Path, name: str, greedy: float, t1: float, steps: int = 480, finished: bool = True) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "greedy.json").write_text(json.dumps({"drafts": {"ref": {"alpha": greedy, "tau": 2.0}}}))
+    (folder / "ref-metrics.json").write_text(json.dumps({"val/kl": 3.0, "steps": steps, "train_seconds": 100.0}))
+    if finished:
+        (folder / "t1.json").write_text(
+            json.dumps({"drafts": {"ref": {"alpha": t1, "accept_rate": t1 / 2, "tau": 1.5}}}))
+
+
+def summarise(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(root)], cwd=REPO, capture_output=True,
+                          text=True)
+
+
+def summary_lines(root: Path) -> list[str]:
+    done = summarise(root)
+    assert done.returncode == 0, done.stderr
+    return (root / "summary.md").read_text().splitlines()
+
+
+def difference(lines: list[str], heading: str, metric: str) -> str:
+    """The `metric` line under the first heading that starts with `heading`."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    return next(line for line in lines[start:] if line.startswith(f"- {metric}:"))
+
+
+def test_a_longer_run_is_compared_with_the_greedy_arm_at_its_own_steps(tmp_path):
+    write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
+    write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
+    write_run(tmp_path, "greedy-n1024-steps1440", greedy=0.60, t1=0.45, steps=1440)
+    write_run(tmp_path, "sampled-all-n1024-steps1440", greedy=0.58, t1=0.52, steps=1440)
+    lines = summary_lines(tmp_path)
+    assert difference(lines, "sampled-all (1440 steps) − greedy (1440 steps)", "t1 alpha") == "- t1 alpha: +0.070"
+    assert difference(lines, "sampled-all (1440 steps) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.050"
+    assert difference(lines, "greedy (1440 steps) − greedy,", "greedy alpha") == "- greedy alpha: +0.050"
+    assert difference(lines, "sampled-all − greedy,", "greedy alpha") == "- greedy alpha: -0.020"
+
+
+def test_without_the_greedy_arm_at_those_steps_there_is_no_such_difference(tmp_path):
+    # the negative control of the test above: the same runs less the greedy arm's longer one
+    write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
+    write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
+    write_run(tmp_path, "sampled-all-n1024-steps1440", greedy=0.58, t1=0.52, steps=1440)
+    lines = summary_lines(tmp_path)
+    assert not any(line.startswith("sampled-all (1440 steps) − greedy") for line in lines)
+    assert any(line.startswith("sampled-all (1440 steps) − sampled-all,") for line in lines)
+
+
+def test_an_unfinished_run_is_left_out_and_an_empty_folder_is_refused(tmp_path):
+    write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
+    write_run(tmp_path, "sampled-all-n1024-seed1", greedy=0.53, t1=0.47, finished=False)
+    rows = [line for line in summary_lines(tmp_path) if line.startswith("| the ")]
+    assert [row.split(" | ")[1] for row in rows] == ["0"]  # greedy, seed 0 alone
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = summarise(empty)
+    assert done.returncode != 0
+    assert str(empty) in done.stderr and "sampled_answers.sh" in done.stderr
