@@ -1,6 +1,6 @@
 """experiments/smollm2/sampled_answers_summary.py: the table of sampled_answers.sh's finished runs, each arm's
 paired differences from the greedy arm, and each longer run's from its own arm at 480 steps and from the greedy
-arm at its own steps; an unfinished run is left out, and a folder with none names the script that makes them."""
+arm at its own steps, a run at another learning rate likewise; an unfinished run is left out, and a folder with none names the script that makes them."""
 
 from __future__ import annotations
 
@@ -61,6 +61,23 @@ def test_without_the_greedy_arm_at_those_steps_there_is_no_such_difference(tmp_p
     lines = summary_lines(tmp_path)
     assert not any(line.startswith("sampled-all (1440 steps) − greedy") for line in lines)
     assert any(line.startswith("sampled-all (1440 steps) − sampled-all,") for line in lines)
+
+
+def test_a_run_at_another_learning_rate_is_named_and_compared_with_its_arm_at_the_recipes(tmp_path):
+    write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
+    write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
+    write_run(tmp_path, "sampled-all-n1024-lr4e-3", greedy=0.56, t1=0.50)
+    write_run(tmp_path, "sampled-all-n1024-steps1440-lr4e-3", greedy=0.60, t1=0.55, steps=1440)
+    lines = summary_lines(tmp_path)
+    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    assert rows == ["| the same, the unfinished ones kept cut short",
+                    "| the same, the unfinished ones kept cut short, lr 4e-3",
+                    "| the same, the unfinished ones kept cut short, 1440 steps, lr 4e-3"]
+    assert difference(lines, "sampled-all (lr 4e-3) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.030"
+    assert difference(lines, "sampled-all (1440 steps, lr 4e-3) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.080"
+    # negative control: without the arm at the recipe's rate there is nothing to compare the rate with
+    (tmp_path / "sampled-all-n1024" / "t1.json").unlink()
+    assert not any(line.startswith("sampled-all (lr 4e-3) −") for line in summary_lines(tmp_path))
 
 
 def test_an_unfinished_run_is_left_out_and_an_empty_folder_is_refused(tmp_path):

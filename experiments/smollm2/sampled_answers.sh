@@ -11,6 +11,8 @@
 # them; the sampled answers are always seed 0's. Results of seed s > 0 go to <arm>-n<N>-seed<s>/.
 # STEPS trains the head that many steps of 8 instead of the recipe's 480 (its folder tagged steps<n>, results in
 # <arm>-n<N>[-seed<s>]-steps<n>/), everything else the same: what more steps on the same answers add.
+# LR=<rate> (e.g. 4e-3) trains the head at that peak learning rate instead of the recipe's 2e-3 (tagged lr<rate>,
+# results in <arm>-n<N>[-seed<s>][-steps<n>]-lr<rate>/).
 # TREE=<shape> (e.g. k4-d4-n8) adds a temperature-1 evaluation of the head as that draft tree beside its chain
 # (eval.trees, the same 20 prompts): t1-<shape>.json.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
@@ -18,7 +20,7 @@
 # experiments/results/smollm2/sampled-answers/ at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-arm=$1 n=${2:-1024} seed=${SEED:-0} steps=${STEPS:-} tree=${TREE:-}
+arm=$1 n=${2:-1024} seed=${SEED:-0} steps=${STEPS:-} lr=${LR:-} tree=${TREE:-}
 PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline
 case $arm in
@@ -29,10 +31,11 @@ esac
 kept=()
 [ "$arm" = sampled-all ] && kept=(distill.keep_unfinished_answers=true)
 common=(paper=smollm2_gsm8k_head "seed=$seed" "task.n_train=$n" "model.draft_name=n$n" "${sampling[@]}" "${kept[@]}")
+tag="" trained=()
+[ -z "$steps" ] || tag=steps$steps trained+=("stage.max_steps=$steps")
+[ -z "$lr" ] || tag=${tag:+$tag-}lr$lr trained+=("stage.lr=$lr")
 tagged=() reading=() sfx=""
-if [ -n "$steps" ]; then
-  sfx=-steps$steps tagged=("stage.max_steps=$steps" "stage.tag=steps$steps") reading=("distill.ref_tag=steps$steps")
-fi
+[ -z "$tag" ] || sfx=-$tag tagged=("${trained[@]}" "stage.tag=$tag") reading=("distill.ref_tag=$tag")
 out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")$sfx
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }

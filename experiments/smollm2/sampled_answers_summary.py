@@ -3,10 +3,11 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
 
     python experiments/smollm2/sampled_answers_summary.py [--n 1024] [--root FOLDER]
 
-Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>][-steps<k>]/{greedy,t1,ref-metrics}.json
-for the arms, seeds and step counts that have finished and writes summary.md beside them, with each arm's paired
-differences from the greedy arm over the seeds both have finished (95 % intervals from two seeds or more), and each
-longer run's from the same arm at the recipe's 480 steps and from the greedy arm at its own steps. The
+Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>]/{greedy,t1,ref-metrics}.json
+for the arms, seeds, step counts and learning rates that have finished and writes summary.md beside them, with each
+arm's paired differences from the greedy arm over the seeds both have finished (95 % intervals from two seeds or
+more), and each run of other steps or rate from the same arm at the recipe's (480 steps, 2e-3) and from the greedy
+arm at its own. The
 validation KL is each arm's on its own answers (the greedy or the sampled answers to the same 64 problems;
 sampled-all's include the unfinished ones), so it compares the heads only within an arm.
 """
@@ -48,31 +49,38 @@ def arm_row(folder: Path) -> dict[str, float] | None:
 
 
 RECIPE_STEPS = 480
+RECIPE = (RECIPE_STEPS, "")  # (steps, learning rate as sampled_answers.sh's LR; "" the recipe's 2e-3)
 
 
-def arm_folders(root: Path, n: int) -> dict[tuple[str, int, int], Path]:
-    """(arm, steps, seed) -> its folder, named as sampled_answers.sh names it: seed 0 and the recipe's steps
-    without a suffix."""
-    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?")
+def arm_folders(root: Path, n: int) -> dict[tuple[str, tuple[int, str], int], Path]:
+    """(arm, (steps, lr), seed) -> its folder, named as sampled_answers.sh names it: seed 0, the recipe's steps and
+    learning rate without a suffix."""
+    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?(?:-lr(\S+))?")
     found = {}
     for folder in root.iterdir():
         if folder.is_dir() and (match := name.fullmatch(folder.name)):
-            arm, seed, steps = match.groups()
-            found[arm, int(steps or RECIPE_STEPS), int(seed or 0)] = folder
+            arm, seed, steps, lr = match.groups()
+            found[arm, (int(steps or RECIPE_STEPS), lr or ""), int(seed or 0)] = folder
     return found
 
 
-def arm_name(arm: str, steps: int) -> str:
-    return ARMS[arm] + ("" if steps == RECIPE_STEPS else f", {steps} steps")
+def variant_parts(variant: tuple[int, str]) -> list[str]:
+    steps, lr = variant
+    return ([] if steps == RECIPE_STEPS else [f"{steps} steps"]) + ([f"lr {lr}"] if lr else [])
 
 
-def short_name(arm: str, steps: int) -> str:
-    return arm + ("" if steps == RECIPE_STEPS else f" ({steps} steps)")
+def arm_name(arm: str, variant: tuple[int, str]) -> str:
+    return ARMS[arm] + "".join(f", {part}" for part in variant_parts(variant))
 
 
-def differences(done: dict, arm: tuple[str, int], base: tuple[str, int]) -> list[str]:
-    """`arm` − `base` (each (arm, steps)), paired by the seeds both have finished; nothing when none."""
-    seeds = sorted(seed for a, steps, seed in done if (a, steps) == arm and (*base, seed) in done)
+def short_name(arm: str, variant: tuple[int, str]) -> str:
+    parts = variant_parts(variant)
+    return arm + (f" ({', '.join(parts)})" if parts else "")
+
+
+def differences(done: dict, arm: tuple[str, tuple[int, str]], base: tuple[str, tuple[int, str]]) -> list[str]:
+    """`arm` − `base` (each (arm, (steps, lr))), paired by the seeds both have finished; nothing when none."""
+    seeds = sorted(seed for a, variant, seed in done if (a, variant) == arm and (*base, seed) in done)
     if not seeds:
         return []
     lines = ["", f"{short_name(*arm)} − {short_name(*base)}, paired by seed ({', '.join(map(str, seeds))}; "
@@ -104,17 +112,17 @@ def main() -> None:
         "| trained on | seed | " + " | ".join(columns) + " |",
         "|---" * (len(columns) + 2) + "|",
     ]
-    for (arm, steps, seed), row in done.items():
+    for (arm, variant, seed), row in done.items():
         cells = [f"{row[c]:.0f}" if c in ("steps", "train s") else f"{row[c]:.3f}" for c in columns]
-        lines.append(f"| {arm_name(arm, steps)} | {seed} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm_name(arm, variant)} | {seed} | " + " | ".join(cells) + " |")
     for arm in list(ARMS)[1:]:
-        lines += differences(done, (arm, RECIPE_STEPS), ("greedy", RECIPE_STEPS))
-    longer = sorted({(a, steps) for a, steps, _ in done if steps != RECIPE_STEPS})
-    for arm, steps in longer:
-        lines += differences(done, (arm, steps), (arm, RECIPE_STEPS))
-    for arm, steps in longer:  # the answers' effect at the longer runs' steps too
+        lines += differences(done, (arm, RECIPE), ("greedy", RECIPE))
+    varied = sorted({(a, variant) for a, variant, _ in done if variant != RECIPE})
+    for arm, variant in varied:
+        lines += differences(done, (arm, variant), (arm, RECIPE))
+    for arm, variant in varied:  # the answers' effect at the varied runs' steps and rate too
         if arm != "greedy":
-            lines += differences(done, (arm, steps), ("greedy", steps))
+            lines += differences(done, (arm, variant), ("greedy", variant))
     (args.root / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
