@@ -71,8 +71,9 @@ demo: install
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K with the draft
 # that buys the most acceptance per CPU-hour here, an EAGLE-3 head (docs/eagle3.md): the
-# target's own answers to every training problem but the 64 that validate (7,409; one-off: adopted from the parts
-# committed under experiments/results/ when they name this target, else generated, resumable), the top-64 teacher
+# target's own answers to every training problem but the 64 that validate (7,409; HEAD_ANSWERS, below; one-off:
+# adopted from the parts committed under experiments/results/ when they name this target, else generated,
+# resumable), the top-64 teacher
 # cache on them and the cache of the target's hidden states (one-off), the reference head (DistillSpec) and the
 # AdaSPEC k=0.4 head (HEAD_STEPS optimiser steps of HEAD_BATCH sequences each, the most that fit the demo's budget
 # here: small batches buy the head its steps for about the same compute, experiments/results/smollm2/head-batch;
@@ -98,7 +99,18 @@ REAL_STAGE := resume=true stage.max_epochs=6
 # stage 1 of every recipe on the real target: the instruct model as it is, one folder whatever the drafts train
 # on (its fingerprint counts task.n_train, which a 0-step target never reads: every recipe makes it with REAL's)
 TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
-EAGLE3 ?= pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3 task.n_train=7409
+# HEAD_ANSWERS: which of the target's answers the heads learn from. Its greedy answers to every problem but the 64
+# that validate (GREEDY_ANSWERS, the default), or SAMPLED_ANSWERS: its samples at temperature 1 (seed 0, drawn in
+# batches of 64, committed parts) to the first 1,024 problems, every one kept, the unfinished cut at 256 tokens,
+# which serve temperature 1 better and greedy a little worse and cost about 1.4x a step, so with fewer, smaller
+# steps: make demo-real HEAD_ANSWERS='$(SAMPLED_ANSWERS)' HEAD_BATCH=6 HEAD_STEPS=420 (measured against the default
+# in experiments/smollm2/README.md, "make demo-real: time and acceptance").
+GREEDY_ANSWERS := task.n_train=7409
+SAMPLED_ANSWERS := task.n_train=1024 distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64 \
+	distill.keep_unfinished_answers=true
+HEAD_ANSWERS ?= $(GREEDY_ANSWERS)
+HEAD := pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
+EAGLE3 ?= $(HEAD) $(HEAD_ANSWERS)
 HEAD_BATCH ?= 8
 HEAD_STEPS ?= 480
 HEAD_VAL_EVERY ?= 80
@@ -113,17 +125,17 @@ demo-real: models
 	$(TRAIN) stage=draft k=0.4 $(REAL) $(EAGLE3) $(HEAD_STAGE) $(ARGS)
 	$(PY) -m adaspec.commands.evaluate eval.n_prompts=20 eval.timed_prompts=4 eval.draft_ks=[0.4] eval.reference=true $(REAL) $(EAGLE3) $(SERVE_FASTEST) $(ARGS)
 
-# How far training the head pays: demo-real's reference head, in batches of 32 as demo-real trained it then, trained
-# CONVERGE_STEPS steps on the same answers without early stopping, validated every 20 steps, its greedy acceptance
+# How far training the head pays: demo-real's reference head, in batches of 32 on every greedy answer as demo-real
+# trained it then, trained CONVERGE_STEPS steps without early stopping, validated every 20 steps, its greedy acceptance
 # at gamma 3 measured every 50 (16 held-out prompts) -> experiments/results/smollm2/head-convergence/curves.json and .png. Resumable: rerun it after an interruption.
 CONVERGE_STEPS ?= 400
-CONVERGING := stage=ref $(REAL) $(EAGLE3) $(HEAD_STAGE) stage.batch_size=32 stage.max_steps=$(CONVERGE_STEPS) \
+CONVERGING := stage=ref $(REAL) $(HEAD) $(GREEDY_ANSWERS) $(HEAD_STAGE) stage.batch_size=32 stage.max_steps=$(CONVERGE_STEPS) \
 	stage.val_every_n_steps=20 stage.early_stop_patience=0 stage.monitor_every_n_steps=50 gamma=3 \
 	stage.tag=steps$(CONVERGE_STEPS) $(ARGS)
 head-convergence: models
 	$(TRAIN) $(TARGET_AS_IS) $(ARGS)
-	$(PY) -m adaspec.commands.answers $(REAL) $(EAGLE3) $(ARGS)
-	$(PY) -m adaspec.commands.cache $(REAL) $(EAGLE3) $(ARGS)
+	$(PY) -m adaspec.commands.answers $(REAL) $(HEAD) $(GREEDY_ANSWERS) $(ARGS)
+	$(PY) -m adaspec.commands.cache $(REAL) $(HEAD) $(GREEDY_ANSWERS) $(ARGS)
 	$(TRAIN) $(CONVERGING)
 	$(PY) -m adaspec.commands.curves --run "$(CONVERGE_STEPS) steps=$$($(PY) -m adaspec.commands.folder $(CONVERGING))" \
 		--out experiments/results/smollm2/head-convergence --title "demo-real's reference head on every GSM8K answer of the target"

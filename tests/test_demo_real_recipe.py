@@ -15,11 +15,12 @@ from adaspec.toolkit import checked_config
 from tests.conftest import REPO
 
 
-def recipe(target: str = "demo-real") -> list[tuple[str, list[str]]]:
-    """(module, overrides) of every adaspec command of `make -n <target>`."""
+def recipe(target: str = "demo-real", *variables: str) -> list[tuple[str, list[str]]]:
+    """(module, overrides) of every adaspec command of `make -n <target> <variables>`."""
     if shutil.which("make") is None:
         pytest.skip(f"needs make (the recipe is read from `make -n {target}`)")
-    printed = subprocess.run(["make", "-n", target], cwd=REPO, capture_output=True, text=True, check=True)
+    printed = subprocess.run(["make", "-n", target, *variables], cwd=REPO, capture_output=True, text=True,
+                             check=True)
     commands = []
     for line in printed.stdout.replace("\\\n", " ").splitlines():  # a recipe line continued with a backslash
         words = shlex.split(line)
@@ -63,6 +64,25 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     assert decode.draft_compile  # the head's steps compiled: 1.5-2 ms less a block (decode-block-profile-ab*.json)
     assert str(decode.tree) == "auto" and "k4-d3-n12+lookup8" in evaluation.eval.tree_candidates
     assert list(evaluation.eval.target_servings) == ["bfloat16-compiled-w2"]
+
+
+def test_demo_real_on_the_sampled_answers_is_one_variable_away_and_reads_its_own_answers_and_caches():
+    sampled = recipe("demo-real", "HEAD_ANSWERS=$(SAMPLED_ANSWERS)", "HEAD_BATCH=6", "HEAD_STEPS=420")
+    greedy = recipe()
+    assert [m for m, _ in sampled] == [m for m, _ in greedy]
+    configs = [checked_config(*o) for m, o in sampled if m != "adaspec.commands.models"]
+    _, answers, cache, ref, draft04, evaluation = configs
+    for cfg in (answers, cache, ref, draft04, evaluation):  # the temperature-1 samples, every one kept
+        assert cfg.task.n_train == 1024 and cfg.distill.answer_temperature == 1 and cfg.distill.answer_seed == 0
+        assert cfg.distill.answer_batch_size == 64 and cfg.distill.keep_unfinished_answers
+    assert (ref.stage.batch_size, ref.stage.max_steps) == (6, 420) and {**ref.stage, "name": "draft"} == {**draft04.stage}
+    assert paths.of(ref).teacher_cache_dir().name == "target-answers-t1-s0-b64-unfinished-n1024-topk64"
+    assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
+    assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()
+    greedy_ref = checked_config(*greedy[4][1])  # beside the default's heads and caches, never over them
+    assert paths.of(ref).ref_dir() != paths.of(greedy_ref).ref_dir()
+    assert paths.of(ref).teacher_cache_dir() != paths.of(greedy_ref).teacher_cache_dir()
+    assert paths.of(ref).target_dir() == paths.of(greedy_ref).target_dir()
 
 
 def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_and_data():
