@@ -102,7 +102,7 @@ TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
 # HEAD_ANSWERS: which of the target's answers the heads learn from. Its greedy answers to every problem but the 64
 # that validate (GREEDY_ANSWERS, the default), or SAMPLED_ANSWERS: its samples at temperature 1 (seed 0, drawn in
 # batches of 64, committed parts) to the first 1,024 problems, every one kept, the unfinished cut at 256 tokens,
-# which serve temperature 1 better and greedy a little worse and cost about 1.4x a step, so with fewer, smaller
+# which serve temperature 1 better and greedy a little worse and cost 1.3-1.4x a step, so with fewer, smaller
 # steps: make demo-real HEAD_ANSWERS='$(SAMPLED_ANSWERS)' HEAD_BATCH=6 HEAD_STEPS=420 (measured against the default
 # in experiments/smollm2/README.md, "make demo-real: time and acceptance").
 GREEDY_ANSWERS := task.n_train=7409
