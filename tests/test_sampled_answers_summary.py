@@ -1,6 +1,7 @@
 """experiments/smollm2/sampled_answers_summary.py: the table of sampled_answers.sh's finished runs, each arm's
-paired differences from the greedy arm, and each longer run's from its own arm at 480 steps and from the greedy
-arm at its own steps, a run at another learning rate likewise; an unfinished run is left out, and a folder with none names the script that makes them."""
+paired differences from the greedy arm, and each longer run's (or other learning rate's) from its own arm at the
+recipe's and from the greedy arm at its own; an unfinished run is left out, and a folder with none names the script
+that makes them."""
 
 from __future__ import annotations
 

@@ -3,13 +3,13 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
 
     python experiments/smollm2/sampled_answers_summary.py [--n 1024] [--root FOLDER]
 
-Reads experiments/results/smollm2/sampled-answers/<arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>]/{greedy,t1,ref-metrics}.json
-for the arms, seeds, step counts and learning rates that have finished and writes summary.md beside them, with each
-arm's paired differences from the greedy arm over the seeds both have finished (95 % intervals from two seeds or
-more), and each run of other steps or rate from the same arm at the recipe's (480 steps, 2e-3) and from the greedy
-arm at its own. The
-validation KL is each arm's on its own answers (the greedy or the sampled answers to the same 64 problems;
-sampled-all's include the unfinished ones), so it compares the heads only within an arm.
+Reads {greedy,t1,ref-metrics}.json in experiments/results/smollm2/sampled-answers/
+<arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>]/ for the arms, seeds, step counts and learning rates that have finished
+and writes summary.md beside them, with each arm's paired differences from the greedy arm over the seeds both have
+finished (95 % intervals from two seeds or more), and each run of other steps or rate from the same arm at the
+recipe's (480 steps, 2e-3) and from the greedy arm at its own. The validation KL is each arm's on its own answers
+(the greedy or the sampled answers to the same 64 problems; sampled-all's include the unfinished ones), so it
+compares the heads only within an arm.
 """
 
 from __future__ import annotations
