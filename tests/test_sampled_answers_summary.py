@@ -1,7 +1,7 @@
 """experiments/smollm2/sampled_answers_summary.py: the table of sampled_answers.sh's finished runs, each arm's
-paired differences from the greedy arm, and each longer run's (or other learning rate's) from its own arm at the
-recipe's and from the greedy arm at its own; an unfinished run is left out, and a folder with none names the script
-that makes them."""
+paired differences from the greedy arm, and each longer run's (or other learning rate's, or other number of
+training-time-test passes') from its own arm at the recipe's and from the greedy arm at its own; an unfinished run
+is left out, and a folder with none names the script that makes them."""
 
 from __future__ import annotations
 
@@ -79,6 +79,20 @@ def test_a_run_at_another_learning_rate_is_named_and_compared_with_its_arm_at_th
     # negative control: without the arm at the recipe's rate there is nothing to compare the rate with
     (tmp_path / "sampled-all-n1024" / "t1.json").unlink()
     assert not any(line.startswith("sampled-all (lr 4e-3) −") for line in summary_lines(tmp_path))
+
+
+def test_a_run_with_fewer_passes_is_named_and_compared_with_its_arm_at_three(tmp_path):
+    write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
+    write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
+    write_run(tmp_path, "sampled-all-n1024-steps720-passes2", greedy=0.55, t1=0.49, steps=720)
+    write_run(tmp_path, "sampled-all-n1024-lr4e-3-passes2", greedy=0.54, t1=0.48)
+    lines = summary_lines(tmp_path)
+    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    assert rows == ["| the same, the unfinished ones kept cut short",
+                    "| the same, the unfinished ones kept cut short, lr 4e-3, 2 passes",
+                    "| the same, the unfinished ones kept cut short, 720 steps, 2 passes"]
+    assert difference(lines, "sampled-all (720 steps, 2 passes) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.020"
+    assert difference(lines, "sampled-all (lr 4e-3, 2 passes) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.010"
 
 
 def test_an_unfinished_run_is_left_out_and_an_empty_folder_is_refused(tmp_path):
