@@ -205,14 +205,11 @@ def test_under_mixed_precision_the_cache_holds_the_reference_head_as_stage_3_run
     assert error_bf16 < error_float32 / 4
 
 
-def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tiny_cfg):
-    """distill.ttt_passes=3: a token's divergence is sum_k 0.8^k KL(target || pass k), for the head and its
-    reference alike (stage 3's dL); passes=1 is the first proposal's KL alone."""
+def tiny_head_and_batch():
+    """(a tiny GPT-NeoX target, an EAGLE-3 head on it, a batch of 2 rows whose last 6 of 12 tokens are answers)."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from adaspec.distill.tokens import answer_logits, answer_mask
     from adaspec.models.eagle3 import Eagle3Head
-    from adaspec.stages.ref import ReferenceDistill
 
     torch.manual_seed(0)
     target = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
@@ -221,7 +218,18 @@ def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tin
     ids = torch.randint(0, 64, (2, 12))
     labels = ids.clone()
     labels[:, :6] = -100
-    batch = {"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)}
+    return target, draft, {"input_ids": ids, "labels": labels, "attention_mask": torch.ones_like(ids)}
+
+
+def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tiny_cfg):
+    """distill.ttt_passes=3: a token's divergence is sum_k 0.8^k KL(target || pass k), for the head and its
+    reference alike (stage 3's dL); passes=1 is the first proposal's KL alone."""
+    from adaspec.distill.tokens import answer_logits, answer_mask
+    from adaspec.models.eagle3 import Eagle3Head
+    from adaspec.stages.ref import ReferenceDistill
+
+    target, draft, batch = tiny_head_and_batch()
+    ids, labels = batch["input_ids"], batch["labels"]
     mask = answer_mask(labels)
     p = torch.log_softmax(answer_logits(target(ids).logits, mask), -1)
 
@@ -249,6 +257,56 @@ def test_the_training_time_test_sums_each_pass_divergence_weighted_as_eagle3(tin
     torch.testing.assert_close(metrics["delta_mean"], delta.mean(), atol=1e-5, rtol=1e-4)
     with pytest.raises(UserError, match="distill.ttt_passes"):
         validate(tiny_cfg("stage=ref", "distill.ttt_passes=3"))
+
+
+def test_the_warm_up_trains_the_first_pass_only_and_validation_every_pass(tiny_cfg):
+    """distill.ttt_warmup_steps=n: a training step before n is the first proposal's divergence alone, the head's
+    and its reference's alike; validation (eval mode) and every step without a warm-up sum every pass."""
+    from adaspec.distill.tokens import answer_mask
+    from adaspec.models.eagle3 import Eagle3Head
+    from adaspec.stages.draft import SelectiveDistill
+    from adaspec.stages.ref import ReferenceDistill
+
+    target, draft, batch = tiny_head_and_batch()
+    labels = batch["labels"]
+    assert answer_mask(labels).sum() > 0
+
+    def divergence(*overrides: str, training: bool) -> torch.Tensor:
+        cfg = tiny_cfg("stage=ref", "model.draft_kind=eagle3", *overrides)
+        module = ReferenceDistill(draft, cfg.stage, cfg.distill, target).train(training)
+        with torch.no_grad():
+            return module.student_divergence(batch)[0]
+
+    one, three = divergence("distill.ttt_passes=1", training=True), divergence("distill.ttt_passes=3", training=True)
+    assert (three > one).all()  # the later passes add to every token's divergence
+    warm = ["distill.ttt_passes=3", "distill.ttt_warmup_steps=2"]
+    torch.testing.assert_close(divergence(*warm, training=True), one)  # step 0 < 2: the first pass only
+    torch.testing.assert_close(divergence(*warm, training=False), three)  # validation: every pass
+    torch.testing.assert_close(divergence("distill.ttt_passes=3", "distill.ttt_warmup_steps=0", training=True), three)
+    # stage 3: the head and its reference both on the first pass while warming up (dL compares like with like)
+    torch.manual_seed(1)
+    reference = Eagle3Draft(Eagle3Head.from_target(target, 64), target=target)
+    cfg = tiny_cfg("stage=draft", "k=0.4", "model.draft_kind=eagle3", *warm)
+    module = SelectiveDistill(draft, cfg.stage, cfg.distill, target, reference, k=0.4).train()
+    ref_cfg = tiny_cfg("stage=ref", "model.draft_kind=eagle3", "distill.ttt_passes=1")
+    ref_one = ReferenceDistill(reference, ref_cfg.stage, ref_cfg.distill, target).train().student_divergence(batch)[0]
+    with torch.no_grad():
+        _, metrics, _ = module.step(batch)
+    torch.testing.assert_close(metrics["delta_mean"], (one - ref_one.detach()).mean(), atol=1e-5, rtol=1e-4)
+
+
+def test_the_warm_up_is_refused_without_passes_to_warm_beside_a_cached_reference_or_early_stopping(tiny_cfg):
+    with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
+        validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_warmup_steps=5"))  # one pass: nothing to warm up
+    with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
+        validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=-1"))
+    with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
+        validate(tiny_cfg("stage=draft", "k=0.4", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5",
+                          "distill.teacher=cache", "distill.cache_ref_kl=true"))
+    with pytest.raises(UserError, match="stage.early_stop_patience=0"):  # the warm-up's validations would count
+        validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5",
+                          "stage.early_stop_patience=3"))
+    validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5"))
 
 
 def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):

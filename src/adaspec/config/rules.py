@@ -197,6 +197,20 @@ def _validate_draft_build(model: DictConfig, pretrain: DictConfig, task: DictCon
                "an EAGLE-3 head keeps the target's embedding: set task.domain.operator_embedding=false")
 
 
+def _validate_ttt_warmup(distill: DictConfig, stage: DictConfig) -> None:
+    warmup = distill.ttt_warmup_steps
+    _check(warmup >= 0, "distill.ttt_warmup_steps", warmup, "must be >= 0 (0: every step runs every pass)")
+    if warmup == 0:
+        return
+    _check(distill.ttt_passes > 1, "distill.ttt_warmup_steps", warmup,
+           "warms up the training-time test's passes: set distill.ttt_passes > 1 or distill.ttt_warmup_steps=0")
+    _check(not distill.cache_ref_kl, "distill.ttt_warmup_steps", warmup,
+           "the cached reference divergence (distill.cache_ref_kl) sums every pass: set one of them off")
+    _check(stage.early_stop_patience == 0, "distill.ttt_warmup_steps", warmup,
+           "early stopping would count the warm-up's validations, whose later passes are not trained yet: set "
+           "stage.early_stop_patience=0 or distill.ttt_warmup_steps=0")
+
+
 def _validate_pretrain(p: DictConfig, stage: str, model: DictConfig) -> None:
     if stage in PRETRAIN_STAGES:
         _check(
@@ -329,6 +343,7 @@ def validate(cfg: DictConfig) -> DictConfig:
     _validate_pretrain(cfg.pretrain, cfg.stage.name, cfg.model)
     _validate_model(cfg.model)
     _validate_draft_build(cfg.model, cfg.pretrain, cfg.task, cfg.distill)
+    _validate_ttt_warmup(cfg.distill, cfg.stage)
     _validate_trainer(cfg.trainer)
     _validate_decode(cfg.decode)
     _validate_eval(cfg.eval)

@@ -365,6 +365,10 @@ def _ttt_passes_count(stage: str, distill: dict, cfg: dict) -> bool:
     return stage in ("ref", "draft") and distill.get("ttt_passes", 1) != 1
 
 
+def _ttt_warmup_counts(stage: str, distill: dict, cfg: dict) -> bool:
+    return stage in ("ref", "draft") and distill.get("ttt_warmup_steps", 0) != 0
+
+
 def _ref_data_counts(stage: str, distill: dict, cfg: dict) -> bool:
     return stage == "draft" and distill.get("ref_data") not in (None, distill.get("data", "dataset"))
 
@@ -437,6 +441,9 @@ class DistillConfig:
     # divergence is then sum_k 0.8^k * that of pass k (the head reading its own outputs k positions back), for
     # the head and its reference alike, so dL compares like with like. 1: the first proposal's only
     ttt_passes: int = counted(1, when=_ttt_passes_count)
+    # the first n optimiser steps train the first pass only (a third of a 3-pass step's cost here), then all
+    # ttt_passes; validation always runs every pass. 0: every step runs every pass (EAGLE-3's recipe)
+    ttt_warmup_steps: int = counted(0, when=_ttt_warmup_counts)
     soft_temperature: float = 0.05  # selection=soft: width of the sigmoid over the rank, in fractions of N
 
 

@@ -89,8 +89,14 @@ class ReferenceDistill(StageModule):
 
     def draft_divergence(self, draft, batch: dict[str, torch.Tensor], mask: torch.Tensor, signal, teacher):
         """[N] divergence of a draft's answer tokens from the teacher's signal (adaspec.distill.draft_divergence,
-        over distill.ttt_passes passes for an EAGLE-3 head)."""
-        return draft_divergence(draft, batch, mask, signal, teacher, int(self.distill_cfg.get("ttt_passes", 1)))
+        over distill.ttt_passes passes for an EAGLE-3 head; the first pass only in the training steps before
+        distill.ttt_warmup_steps, for the head and its reference alike)."""
+        return draft_divergence(draft, batch, mask, signal, teacher, self.ttt_passes_now())
+
+    def ttt_passes_now(self) -> int:
+        passes = int(self.distill_cfg.get("ttt_passes", 1))
+        warming = self.training and self.global_step < int(self.distill_cfg.get("ttt_warmup_steps", 0))
+        return 1 if warming else passes
 
     def teacher_signal(self, batch: dict[str, torch.Tensor], teacher):
         """(the teacher's signal for the batch's answer tokens, answer mask [B, T-1])."""
