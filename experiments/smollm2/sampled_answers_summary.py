@@ -4,11 +4,11 @@ temperature 1 (20 prompts), gamma 3, chains, beside what its training logged.
     python experiments/smollm2/sampled_answers_summary.py [--n 1024] [--root FOLDER]
 
 Reads {greedy,t1,ref-metrics}.json in experiments/results/smollm2/sampled-answers/
-<arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>]/ for the arms, seeds, step counts, learning rates and
-training-time-test passes that have finished
+<arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>][-warm<w>]/ for the arms, seeds, step counts, learning rates,
+training-time-test passes and one-pass warm-ups that have finished
 and writes summary.md beside them, with each arm's paired differences from the greedy arm over the seeds both have
 finished (95 % intervals from two seeds or more), and each run of other steps or rate from the same arm at the
-recipe's (480 steps, 2e-3, 3 passes) and from the greedy arm at its own. The validation KL is each arm's on its own answers
+recipe's (480 steps, 2e-3, 3 passes, no warm-up) and from the greedy arm at its own. The validation KL is each arm's on its own answers
 (the greedy or the sampled answers to the same 64 problems; sampled-all's include the unfinished ones), so it
 compares the heads only within an arm.
 """
@@ -51,27 +51,29 @@ def arm_row(folder: Path) -> dict[str, float] | None:
 
 RECIPE_STEPS = 480
 RECIPE_PASSES = 3
-RECIPE = (RECIPE_STEPS, "", RECIPE_PASSES)  # (steps, learning rate as sampled_answers.sh's LR, "" the recipe's
-# 2e-3; passes of the training-time test)
-Variant = tuple[int, str, int]
+RECIPE = (RECIPE_STEPS, "", RECIPE_PASSES, 0)  # (steps, learning rate as sampled_answers.sh's LR, "" the
+# recipe's 2e-3; passes of the training-time test; steps of one pass first)
+Variant = tuple[int, str, int, int]
 
 
 def arm_folders(root: Path, n: int) -> dict[tuple[str, Variant, int], Path]:
-    """(arm, (steps, lr, passes), seed) -> its folder, named as sampled_answers.sh names it: seed 0, the recipe's steps,
-    learning rate and passes without a suffix."""
-    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?(?:-lr(\S+?))?(?:-passes(\d+))?")
+    """(arm, (steps, lr, passes, warm-up), seed) -> its folder, named as sampled_answers.sh names it: seed 0, the recipe's steps,
+    learning rate, passes and warm-up without a suffix."""
+    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?(?:-lr(\S+?))?(?:-passes(\d+))?(?:-warm(\d+))?")
     found = {}
     for folder in root.iterdir():
         if folder.is_dir() and (match := name.fullmatch(folder.name)):
-            arm, seed, steps, lr, passes = match.groups()
-            found[arm, (int(steps or RECIPE_STEPS), lr or "", int(passes or RECIPE_PASSES)), int(seed or 0)] = folder
+            arm, seed, steps, lr, passes, warmup = match.groups()
+            variant = (int(steps or RECIPE_STEPS), lr or "", int(passes or RECIPE_PASSES), int(warmup or 0))
+            found[arm, variant, int(seed or 0)] = folder
     return found
 
 
 def variant_parts(variant: Variant) -> list[str]:
-    steps, lr, passes = variant
+    steps, lr, passes, warmup = variant
     return (([] if steps == RECIPE_STEPS else [f"{steps} steps"]) + ([f"lr {lr}"] if lr else [])
-            + ([] if passes == RECIPE_PASSES else [f"{passes} passes"]))
+            + ([] if passes == RECIPE_PASSES else [f"{passes} pass{'' if passes == 1 else 'es'}"])
+            + ([f"the first {warmup} on one pass"] if warmup else []))
 
 
 def arm_name(arm: str, variant: Variant) -> str:
@@ -84,7 +86,7 @@ def short_name(arm: str, variant: Variant) -> str:
 
 
 def differences(done: dict, arm: tuple[str, Variant], base: tuple[str, Variant]) -> list[str]:
-    """`arm` − `base` (each (arm, (steps, lr, passes))), paired by the seeds both have finished; nothing when none."""
+    """`arm` − `base` (each (arm, (steps, lr, passes, warm-up))), paired by the seeds both have finished; nothing when none."""
     seeds = sorted(seed for a, variant, seed in done if (a, variant) == arm and (*base, seed) in done)
     if not seeds:
         return []
@@ -125,7 +127,7 @@ def main() -> None:
     varied = sorted({(a, variant) for a, variant, _ in done if variant != RECIPE})
     for arm, variant in varied:
         lines += differences(done, (arm, variant), (arm, RECIPE))
-    for arm, variant in varied:  # the answers' effect at the varied runs' steps, rate and passes too
+    for arm, variant in varied:  # the answers' effect at the varied runs' steps, rate, passes and warm-up too
         if arm != "greedy":
             lines += differences(done, (arm, variant), ("greedy", variant))
     (args.root / "summary.md").write_text("\n".join(lines) + "\n")
