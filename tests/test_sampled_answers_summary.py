@@ -95,6 +95,16 @@ def test_a_run_with_fewer_passes_is_named_and_compared_with_its_arm_at_three(tmp
     assert difference(lines, "sampled-all (lr 4e-3, 2 passes) − sampled-all,", "t1 alpha") == "- t1 alpha: +0.010"
 
 
+def test_a_run_warmed_up_on_one_pass_is_named_and_compared_with_its_arm(tmp_path):
+    write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
+    write_run(tmp_path, "sampled-all-n1024-steps840-warm540", greedy=0.56, t1=0.50, steps=840)
+    lines = summary_lines(tmp_path)
+    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    assert rows[1] == "| the same, the unfinished ones kept cut short, 840 steps, the first 540 on one pass"
+    assert difference(lines, "sampled-all (840 steps, the first 540 on one pass) − sampled-all,",
+                      "t1 alpha") == "- t1 alpha: +0.030"
+
+
 def test_an_unfinished_run_is_left_out_and_an_empty_folder_is_refused(tmp_path):
     write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
     write_run(tmp_path, "sampled-all-n1024-seed1", greedy=0.53, t1=0.47, finished=False)
