@@ -42,6 +42,11 @@ def difference(lines: list[str], heading: str, metric: str) -> str:
     return next(line for line in lines[start:] if line.startswith(f"- {metric}:"))
 
 
+def sampled_all_rows(lines: list[str]) -> list[str]:
+    """The first cell of each table row of the every-sampled-answer arm."""
+    return [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+
+
 def test_a_longer_run_is_compared_with_the_greedy_arm_at_its_own_steps(tmp_path):
     write_run(tmp_path, "greedy-n1024", greedy=0.55, t1=0.40)
     write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
@@ -70,7 +75,7 @@ def test_a_run_at_another_learning_rate_is_named_and_compared_with_its_arm_at_th
     write_run(tmp_path, "sampled-all-n1024-lr4e-3", greedy=0.56, t1=0.50)
     write_run(tmp_path, "sampled-all-n1024-steps1440-lr4e-3", greedy=0.60, t1=0.55, steps=1440)
     lines = summary_lines(tmp_path)
-    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    rows = sampled_all_rows(lines)
     assert rows == ["| the same, the unfinished ones kept cut short",
                     "| the same, the unfinished ones kept cut short, lr 4e-3",
                     "| the same, the unfinished ones kept cut short, 1440 steps, lr 4e-3"]
@@ -87,7 +92,7 @@ def test_a_run_with_fewer_passes_is_named_and_compared_with_its_arm_at_three(tmp
     write_run(tmp_path, "sampled-all-n1024-steps720-passes2", greedy=0.55, t1=0.49, steps=720)
     write_run(tmp_path, "sampled-all-n1024-lr4e-3-passes2", greedy=0.54, t1=0.48)
     lines = summary_lines(tmp_path)
-    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    rows = sampled_all_rows(lines)
     assert rows == ["| the same, the unfinished ones kept cut short",
                     "| the same, the unfinished ones kept cut short, lr 4e-3, 2 passes",
                     "| the same, the unfinished ones kept cut short, 720 steps, 2 passes"]
@@ -99,7 +104,7 @@ def test_a_run_warmed_up_on_one_pass_is_named_and_compared_with_its_arm(tmp_path
     write_run(tmp_path, "sampled-all-n1024", greedy=0.53, t1=0.47)
     write_run(tmp_path, "sampled-all-n1024-steps840-warm540", greedy=0.56, t1=0.50, steps=840)
     lines = summary_lines(tmp_path)
-    rows = [line.split(" | ")[0] for line in lines if line.startswith("| the same")]
+    rows = sampled_all_rows(lines)
     assert rows[1] == "| the same, the unfinished ones kept cut short, 840 steps, the first 540 on one pass"
     assert difference(lines, "sampled-all (840 steps, the first 540 on one pass) − sampled-all,",
                       "t1 alpha") == "- t1 alpha: +0.030"

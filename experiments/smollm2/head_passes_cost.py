@@ -23,15 +23,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from head_step_flops import RECIPE  # noqa: E402
-from profile_head_step import stage_for_steps  # noqa: E402
+from profile_head_step import split_overrides, stage_for_steps  # noqa: E402
 
 PASSES = (1, 2, 3)
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    extra = args[args.index("--") + 1:] if "--" in args else []
-    args = args[: args.index("--")] if "--" in args else args
+    args, extra = split_overrides(sys.argv[1:])
     steps = int(args[0]) if args else 6
     overrides, module, batches, optimizer = stage_for_steps("ref", [*RECIPE, *extra])
 
@@ -66,8 +64,8 @@ def main() -> None:
         "seconds": {str(p): s for p, s in seconds.items()},
         "median_seconds": {str(p): statistics.median(s) for p, s in seconds.items()},
         "tokens_per_s": {str(p): sum(tokens) / sum(s) for p, s in seconds.items()},
-        "median_ratio_to_3": {str(p): statistics.median(a / b for a, b in zip(s, seconds[3], strict=True)) for p, s in
-                              seconds.items()},
+        "median_ratio_to_3": {str(p): statistics.median(a / b for a, b in zip(s, seconds[3], strict=True))
+                              for p, s in seconds.items()},
     }
     out = Path("bench/results/head-passes-cost.json")
     out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

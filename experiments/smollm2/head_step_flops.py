@@ -24,7 +24,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
-from profile_head_step import stage_for_steps  # noqa: E402
+from profile_head_step import split_overrides, stage_for_steps  # noqa: E402
 
 RECIPE = ["stage.batch_size=8", "stage.group_by_length=4", "task.n_train=7409"]  # the Makefile's HEAD_STAGE, EAGLE3
 
@@ -92,9 +92,7 @@ def measure(stage: str, steps: int, extra: list[str], compile_layer: bool = Fals
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    extra = args[args.index("--") + 1:] if "--" in args else []
-    args = args[: args.index("--")] if "--" in args else args
+    args, extra = split_overrides(sys.argv[1:])
     compile_layer = "--compile" in args
     args = [a for a in args if a != "--compile"]
     stage = args[0] if args else "ref"

@@ -213,10 +213,13 @@ def profile(stage: str, steps: int, extra: list[str], memory: bool) -> dict:
     }
 
 
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the script's own arguments, the Hydra overrides after `--`)."""
+    return (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+
+
 def main() -> None:
-    args = sys.argv[1:]
-    extra = args[args.index("--") + 1:] if "--" in args else []
-    args = args[: args.index("--")] if "--" in args else args
+    args, extra = split_overrides(sys.argv[1:])
     memory, name = "--memory" in args, None
     if "--name" in args:
         name = args[args.index("--name") + 1]

@@ -7,10 +7,10 @@ Reads {greedy,t1,ref-metrics}.json in experiments/results/smollm2/sampled-answer
 <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>][-warm<w>]/ for the arms, seeds, step counts, learning rates,
 training-time-test passes and one-pass warm-ups that have finished
 and writes summary.md beside them, with each arm's paired differences from the greedy arm over the seeds both have
-finished (95 % intervals from two seeds or more), and each run of other steps or rate from the same arm at the
-recipe's (480 steps, 2e-3, 3 passes, no warm-up) and from the greedy arm at its own. The validation KL is each arm's on its own answers
-(the greedy or the sampled answers to the same 64 problems; sampled-all's include the unfinished ones), so it
-compares the heads only within an arm.
+finished (95 % intervals from two seeds or more), and each run of other steps, rate, passes or warm-up from the
+same arm at the recipe's (480 steps, 2e-3, 3 passes, no warm-up) and from the greedy arm at its own. The validation
+KL is each arm's on its own answers (the greedy or the sampled answers to the same 64 problems; sampled-all's
+include the unfinished ones), so it compares the heads only within an arm.
 """
 
 from __future__ import annotations
@@ -57,9 +57,10 @@ Variant = tuple[int, str, int, int]
 
 
 def arm_folders(root: Path, n: int) -> dict[tuple[str, Variant, int], Path]:
-    """(arm, (steps, lr, passes, warm-up), seed) -> its folder, named as sampled_answers.sh names it: seed 0, the recipe's steps,
-    learning rate, passes and warm-up without a suffix."""
-    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?(?:-lr(\S+?))?(?:-passes(\d+))?(?:-warm(\d+))?")
+    """(arm, (steps, lr, passes, warm-up), seed) -> its folder, named as sampled_answers.sh names it: seed 0, the
+    recipe's steps, learning rate, passes and warm-up without a suffix."""
+    name = re.compile(rf"({'|'.join(map(re.escape, ARMS))})-n{n}(?:-seed(\d+))?(?:-steps(\d+))?(?:-lr(\S+?))?"
+                      r"(?:-passes(\d+))?(?:-warm(\d+))?")
     found = {}
     for folder in root.iterdir():
         if folder.is_dir() and (match := name.fullmatch(folder.name)):
@@ -86,7 +87,8 @@ def short_name(arm: str, variant: Variant) -> str:
 
 
 def differences(done: dict, arm: tuple[str, Variant], base: tuple[str, Variant]) -> list[str]:
-    """`arm` − `base` (each (arm, (steps, lr, passes, warm-up))), paired by the seeds both have finished; nothing when none."""
+    """`arm` − `base` (each (arm, (steps, lr, passes, warm-up))), paired by the seeds both have finished; nothing
+    when none."""
     seeds = sorted(seed for a, variant, seed in done if (a, variant) == arm and (*base, seed) in done)
     if not seeds:
         return []
