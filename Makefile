@@ -109,7 +109,12 @@ GREEDY_ANSWERS := task.n_train=7409
 SAMPLED_ANSWERS := task.n_train=1024 distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64 \
 	distill.keep_unfinished_answers=true
 HEAD_ANSWERS ?= $(GREEDY_ANSWERS)
-HEAD := pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
+# HEAD_WARMUP: how many of the HEAD_STEPS train the first of EAGLE-3's three training-time-test passes only
+# (distill.ttt_warmup_steps; such a step costs 0.33x one of three, bench/results/head-passes-cost.json), the rest
+# every pass; early stopping counts from its end, and the heads get folders of their own (-warm<n>). E.g.
+# HEAD_STEPS=840 HEAD_WARMUP=540 costs about the time of 480 steps (experiments/smollm2/README.md, "Fewer passes").
+HEAD_WARMUP ?= 0
+HEAD := pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3 distill.ttt_warmup_steps=$(HEAD_WARMUP)
 EAGLE3 ?= $(HEAD) $(HEAD_ANSWERS)
 HEAD_BATCH ?= 8
 HEAD_STEPS ?= 480

@@ -85,6 +85,24 @@ def test_demo_real_on_the_sampled_answers_is_one_variable_away_and_reads_its_own
     assert paths.of(ref).target_dir() == paths.of(greedy_ref).target_dir()
 
 
+def test_the_warm_up_is_one_variable_away_with_heads_in_folders_of_their_own():
+    warm = [checked_config(*o) for m, o in recipe("demo-real", "HEAD_STEPS=840", "HEAD_WARMUP=540")
+            if m != "adaspec.commands.models"]
+    default = [checked_config(*o) for m, o in recipe() if m != "adaspec.commands.models"]
+    _, _, cache, ref, draft04, evaluation = warm
+    for cfg in (ref, draft04, evaluation):
+        assert cfg.distill.ttt_warmup_steps == 540 and cfg.distill.ttt_passes == 3
+    assert ref.stage.max_steps == 840 and ref.stage.early_stop_patience == 3  # counted from step 540 on
+    # the same answers and caches; heads and evaluation in folders of their own that stage 3 and the evaluation find
+    assert paths.of(cache).teacher_cache_dir() == paths.of(default[2]).teacher_cache_dir()
+    assert paths.of(ref).ref_dir().name == paths.of(default[3]).ref_dir().name.replace("-eagle3", "-eagle3-warm540")
+    assert paths.of(draft04).draft_dir() != paths.of(default[4]).draft_dir()
+    assert paths.of(evaluation).eval_dir() != paths.of(default[5]).eval_dir()
+    assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
+    assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()
+    assert all(cfg.distill.ttt_warmup_steps == 0 for cfg in default[3:])  # the default: no warm-up
+
+
 def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_and_data():
     commands = [(m, o) for m, o in recipe("demo-real-independent") if m != "adaspec.commands.models"]
     configs = [checked_config(*overrides) for _, overrides in commands]

@@ -295,7 +295,7 @@ def test_the_warm_up_trains_the_first_pass_only_and_validation_every_pass(tiny_c
     torch.testing.assert_close(metrics["delta_mean"], (one - ref_one.detach()).mean(), atol=1e-5, rtol=1e-4)
 
 
-def test_the_warm_up_is_refused_without_passes_to_warm_beside_a_cached_reference_or_early_stopping(tiny_cfg):
+def test_the_warm_up_is_refused_without_passes_to_warm_beside_a_cached_reference_or_past_the_last_step(tiny_cfg):
     with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
         validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_warmup_steps=5"))  # one pass: nothing to warm up
     with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
@@ -303,10 +303,31 @@ def test_the_warm_up_is_refused_without_passes_to_warm_beside_a_cached_reference
     with pytest.raises(UserError, match="distill.ttt_warmup_steps"):
         validate(tiny_cfg("stage=draft", "k=0.4", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5",
                           "distill.teacher=cache", "distill.cache_ref_kl=true"))
-    with pytest.raises(UserError, match="stage.early_stop_patience=0"):  # the warm-up's validations would count
+    with pytest.raises(UserError, match="stage.max_steps=5"):  # the later passes would never train
         validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5",
-                          "stage.early_stop_patience=3"))
-    validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5"))
+                          "stage.max_steps=5"))
+    validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=5",
+                      "stage.max_steps=6", "stage.early_stop_patience=3"))  # early stopping counts from step 5
+
+
+def test_early_stopping_counts_the_validations_after_the_warm_up_only(tiny_cfg):
+    """An absurd learning rate makes the held-out KL rise from the first validations: counted from step 0, patience
+    1 would stop the head inside its warm-up, keeping weights whose later passes never trained."""
+    from tests.test_early_stopping import validations
+
+    run_stage(tiny_cfg("stage=target", "stage.max_steps=30"))
+    cfg = validate(tiny_cfg("stage=ref", *EAGLE3, "distill.ttt_passes=3", "distill.ttt_warmup_steps=6",
+                            "stage.max_steps=16", "stage.max_epochs=100", "stage.lr=0.5", "stage.warmup_frac=0",
+                            "stage.val_every_n_steps=2", "stage.early_stop_patience=1"))
+    run_stage(cfg)
+    folder = paths.of(cfg).ref_dir()
+    assert folder.name.startswith("ref-eagle3-warm6")  # a folder of its own
+    result = json.loads((paths.final(folder) / "metrics.json").read_text())
+    counted = [(step, kl) for step, kl in validations(folder)[:-1] if step > 6]
+    assert counted, "stopped inside the warm-up"
+    best_step, best = min(counted, key=lambda sv: sv[1])
+    assert result["early_stop/best_step"] == best_step > 6 and result["early_stop/best_val_kl"] == best
+    assert result["steps"] >= 10  # two validations after the warm-up at least: the first, then one without a gain
 
 
 def test_stage_3_trains_a_head_with_the_training_time_test(tiny_cfg):

@@ -16,8 +16,8 @@
 # PASSES=<n> (1 or 2) trains the head with n passes of the training-time test instead of the recipe's 3
 # (distill.ttt_passes; tagged passes<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>]-passes<n>/): a
 # cheaper step, so more of them in the same time (experiments/smollm2/head_passes_cost.py).
-# WARMUP=<n> trains the first n steps on the first pass only, then every pass (distill.ttt_warmup_steps; tagged
-# warm<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>]-warm<n>/).
+# WARMUP=<n> trains the first n steps on the first pass only, then every pass (distill.ttt_warmup_steps; its
+# folders end -warm<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>]-warm<n>/).
 # TREE=<shape> (e.g. k4-d4-n8) adds a temperature-1 evaluation of the head as that draft tree beside its chain
 # (eval.trees, the same 20 prompts): t1-<shape>.json.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
@@ -40,9 +40,10 @@ tag="" trained=()
 [ -z "$steps" ] || tag=steps$steps trained+=("stage.max_steps=$steps")
 [ -z "$lr" ] || tag=${tag:+$tag-}lr$lr trained+=("stage.lr=$lr")
 [ -z "$passes" ] || tag=${tag:+$tag-}passes$passes common+=("distill.ttt_passes=$passes")
-[ -z "$warmup" ] || tag=${tag:+$tag-}warm$warmup common+=("distill.ttt_warmup_steps=$warmup")
-tagged=() reading=() sfx=""
-[ -z "$tag" ] || sfx=-$tag tagged=("${trained[@]}" "stage.tag=$tag") reading=("distill.ref_tag=$tag")
+named=$tag  # the warm-up's heads have folders of their own (paths.Layout.schedule): named in the results only
+[ -z "$warmup" ] || named=${tag:+$tag-}warm$warmup common+=("distill.ttt_warmup_steps=$warmup")
+tagged=() reading=() sfx=${named:+-$named}
+[ -z "$tag" ] || tagged=("${trained[@]}" "stage.tag=$tag") reading=("distill.ref_tag=$tag")
 out=experiments/results/smollm2/sampled-answers/$arm-n$n$([ "$seed" = 0 ] || echo "-seed$seed")$sfx
 mkdir -p "$out"
 step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$out/steps.log"; "$@"; }

@@ -5,7 +5,8 @@
     <paths.root>/<task>/<model>/seed<target_seed>/target/        stage 1
     <paths.root>/<task>/<model>/seed<seed>/draft_init/final      the draft/reference initial weights
     <paths.root>/<task>/<model>/seed<seed>/ref/                  stage 2 (ref-eagle3/ for an EAGLE-3 head,
-                                                                 ref-h256x6/ for model.draft_name=h256x6, ...)
+                                                                 ref-h256x6/ for model.draft_name=h256x6,
+                                                                 ref-eagle3-warm540/ for a head warmed up, ...)
     <paths.root>/<task>/<model>/seed<seed>/draft-k<k>/           stage 3, one folder per k
 
 A stage folder holds `final/` (the save_pretrained artefact), `checkpoints/` and `logs/`. So
@@ -98,6 +99,9 @@ class Layout:
     cache_name: str  # exact | topk<K>
     answers_name: str  # <task.prompt_format>-max<distill.answer_max_new_tokens>[-t<T>-s<seed>-b<batch>]
     answers_variant: str = ""  # training_answers(distill)
+    # `-warm<n>` for heads trained with distill.ttt_warmup_steps=n: their own folders (stages and evaluation),
+    # so a warm-up never meets the default's head under one name (fingerprint refusal) nor needs a stage.tag
+    schedule: str = ""
 
     @property
     def model_root(self) -> Path:
@@ -120,14 +124,15 @@ class Layout:
     def ref_dir(self) -> Path:
         tag = _suffix(self.tag if self.stage == "ref" else self.ref_tag)
         data = _data_suffix(self.reference_data, self.answers_variant)
-        return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{tag}{data}"
+        return self.model_root / f"seed{self.seed}" / f"ref{self.kind}{self.schedule}{tag}{data}"
 
     def draft_dir(self, k: float | None = None, tag: str | None = None, data: str | None = None) -> Path:
         """`data`: the distill.data the draft was trained with, when not the config's (eval.tag_data)."""
         k = self.k if k is None else k
         tag = self._own_tag("draft") if tag is None else tag
         data = self.data if data is None else data
-        name = f"draft-k{format_k(k)}{self.kind}{_suffix(tag)}{_data_suffix(data, self.answers_variant)}"
+        data = _data_suffix(data, self.answers_variant)
+        name = f"draft-k{format_k(k)}{self.kind}{self.schedule}{_suffix(tag)}{data}"
         return self.model_root / f"seed{self.seed}" / name
 
     def pretrain_target_dir(self) -> Path:
@@ -151,7 +156,7 @@ class Layout:
 
     def eval_dir(self) -> Path:
         data = _data_suffix(self.data, self.answers_variant)
-        return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{data}"
+        return self.model_root / f"seed{self.seed}" / f"eval{self.kind}{self.schedule}{data}"
 
 
 def of(cfg: DictConfig) -> Layout:
@@ -171,6 +176,7 @@ def of(cfg: DictConfig) -> Layout:
     answers_prefix = f"target-answers{variant}-n{n_train}-" if fixed_answers(distill) == "target" else ""
     kind = trained_kind(cfg.model.get("draft_kind", "model")).folder_suffix
     kind += _suffix(cfg.model.get("draft_name") or "")
+    warmup = 0 if distill is None else int(distill.get("ttt_warmup_steps", 0))
     return Layout(
         root=Path(cfg.paths.root),
         task=str(cfg.task.name),
@@ -190,6 +196,7 @@ def of(cfg: DictConfig) -> Layout:
         answers_name="" if distill is None else
         f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}{sampling}",
         answers_variant=variant,
+        schedule=f"-warm{warmup}" if warmup else "",
     )
 
 

@@ -7,6 +7,10 @@ After every validation: a lower `val/kl` than any before keeps a copy of the stu
 `patience` validations in a row without one, training stops. At the end of training the best copy is put
 back, so the saved draft is the one with the lowest held-out KL. The copy and the counters are part of
 the checkpoint, so a resumed run stops where the uninterrupted one would.
+
+`counted_after_step`: validations up to that optimiser step neither keep weights nor count against the
+patience. An EAGLE-3 head's warm-up (distill.ttt_warmup_steps) trains only the first pass of the training-time
+test, so its validations, which run every pass, judge passes not trained yet.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import torch
 
 
 class KeepBestValidation(pl.Callback):
-    def __init__(self, patience: int, monitor: str = "val/kl") -> None:
-        self.patience, self.monitor = patience, monitor
+    def __init__(self, patience: int, monitor: str = "val/kl", counted_after_step: int = 0) -> None:
+        self.patience, self.monitor, self.counted_after_step = patience, monitor, counted_after_step
         self.best: float | None = None
         self.best_step: int | None = None
         self.best_state: dict[str, torch.Tensor] | None = None
@@ -27,6 +31,8 @@ class KeepBestValidation(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         fitting = trainer.state.fn == "fit"  # not the final validation of the kept weights
         if trainer.sanity_checking or not fitting or self.monitor not in trainer.callback_metrics:
+            return
+        if trainer.global_step <= self.counted_after_step:
             return
         value = float(trainer.callback_metrics[self.monitor])
         if self.best is None or value < self.best:

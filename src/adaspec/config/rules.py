@@ -206,9 +206,10 @@ def _validate_ttt_warmup(distill: DictConfig, stage: DictConfig) -> None:
            "warms up the training-time test's passes: set distill.ttt_passes > 1 or distill.ttt_warmup_steps=0")
     _check(not distill.cache_ref_kl, "distill.ttt_warmup_steps", warmup,
            "the cached reference divergence (distill.cache_ref_kl) sums every pass: set one of them off")
-    _check(stage.early_stop_patience == 0, "distill.ttt_warmup_steps", warmup,
-           "early stopping would count the warm-up's validations, whose later passes are not trained yet: set "
-           "stage.early_stop_patience=0 or distill.ttt_warmup_steps=0")
+    trains_a_head = stage.name in ("ref", "draft") and stage.max_steps > 0
+    _check(not trains_a_head or warmup < stage.max_steps, "distill.ttt_warmup_steps", warmup,
+           f"is not below stage.max_steps={stage.max_steps}, so the passes after the first would never train: "
+           "lower it or raise stage.max_steps")
 
 
 def _validate_pretrain(p: DictConfig, stage: str, model: DictConfig) -> None:

@@ -66,10 +66,11 @@ class ReferenceDistill(StageModule):
                    on_policy=on_policy_settings(run, tokenizer))
 
     def callbacks(self, run: StageRun, data: TaskDataModule) -> list[pl.Callback]:
-        """Early stopping on val/kl (stage.early_stop_patience), then the acceptance monitor: real
-        speculative decoding against the target every n steps."""
-        stage = run.stage
-        stopping = [KeepBestValidation(stage.early_stop_patience)] if stage.early_stop_patience else []
+        """Early stopping on val/kl (stage.early_stop_patience, counted from the end of a head's warm-up), then
+        the acceptance monitor: real speculative decoding against the target every n steps."""
+        stage, warmup = run.stage, int(run.distill.get("ttt_warmup_steps", 0))
+        stopping = [KeepBestValidation(stage.early_stop_patience, counted_after_step=warmup)
+                    ] if stage.early_stop_patience else []
         prompts = prompt_ids(data.val_set, stage.monitor_prompts)
         if stage.monitor_every_n_steps <= 0 or not prompts:
             return stopping
