@@ -30,6 +30,11 @@ def recipe(target: str = "demo-real", *variables: str) -> list[tuple[str, list[s
     return commands
 
 
+# demo-real's heads before the one-pass warm-up became its default (2026-12-07): what the head question and
+# head-convergence's committed curves were made beside
+BEFORE_WARMUP = ("HEAD_STEPS=480", "HEAD_WARMUP=0")
+
+
 def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders():
     commands = recipe()
     modules = [m for m, _ in commands]
@@ -51,6 +56,8 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     # on every answer of the target but the 64 validating ones, for a step budget, stopping early on a plateau
     assert ref.task.n_train + ref.task.n_val == 7473 and ref.stage.max_steps > 0
     assert ref.stage.early_stop_patience > 0 and ref.stage.val_every_n_steps > 0
+    # the first 540 of 840 steps on the training-time test's first pass: about the time of 480 on all three
+    assert (ref.stage.max_steps, ref.distill.ttt_warmup_steps, draft04.distill.ttt_warmup_steps) == (840, 540, 540)
     assert paths.of(ref).teacher_cache_dir() == paths.of(cache).teacher_cache_dir()
     assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
     # DistillSpec is the reference itself (tests/evaluation/test_reference_row.py): evaluated, not retrained
@@ -67,7 +74,7 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
 
 
 def test_demo_real_on_the_sampled_answers_is_one_variable_away_and_reads_its_own_answers_and_caches():
-    sampled = recipe("demo-real", "HEAD_ANSWERS=$(SAMPLED_ANSWERS)", "HEAD_BATCH=6", "HEAD_STEPS=420")
+    sampled = recipe("demo-real", "HEAD_ANSWERS=$(SAMPLED_ANSWERS)", "HEAD_BATCH=6", "HEAD_STEPS=420", "HEAD_WARMUP=0")
     greedy = recipe()
     assert [m for m, _ in sampled] == [m for m, _ in greedy]
     configs = [checked_config(*o) for m, o in sampled if m != "adaspec.commands.models"]
@@ -85,22 +92,21 @@ def test_demo_real_on_the_sampled_answers_is_one_variable_away_and_reads_its_own
     assert paths.of(ref).target_dir() == paths.of(greedy_ref).target_dir()
 
 
-def test_the_warm_up_is_one_variable_away_with_heads_in_folders_of_their_own():
-    warm = [checked_config(*o) for m, o in recipe("demo-real", "HEAD_STEPS=840", "HEAD_WARMUP=540")
-            if m != "adaspec.commands.models"]
-    default = [checked_config(*o) for m, o in recipe() if m != "adaspec.commands.models"]
+def test_the_heads_warmed_up_and_not_live_in_folders_of_their_own_on_the_same_caches():
+    warm = [checked_config(*o) for m, o in recipe() if m != "adaspec.commands.models"]
+    before = [checked_config(*o) for m, o in recipe("demo-real", *BEFORE_WARMUP) if m != "adaspec.commands.models"]
     _, _, cache, ref, draft04, evaluation = warm
     for cfg in (ref, draft04, evaluation):
         assert cfg.distill.ttt_warmup_steps == 540 and cfg.distill.ttt_passes == 3
-    assert ref.stage.max_steps == 840 and ref.stage.early_stop_patience == 3  # counted from step 540 on
+    assert ref.stage.early_stop_patience == 3  # counted from step 540 on
+    assert all(cfg.distill.ttt_warmup_steps == 0 for cfg in before[3:]) and before[3].stage.max_steps == 480
     # the same answers and caches; heads and evaluation in folders of their own that stage 3 and the evaluation find
-    assert paths.of(cache).teacher_cache_dir() == paths.of(default[2]).teacher_cache_dir()
-    assert paths.of(ref).ref_dir().name == paths.of(default[3]).ref_dir().name.replace("-eagle3", "-eagle3-warm540")
-    assert paths.of(draft04).draft_dir() != paths.of(default[4]).draft_dir()
-    assert paths.of(evaluation).eval_dir() != paths.of(default[5]).eval_dir()
+    assert paths.of(cache).teacher_cache_dir() == paths.of(before[2]).teacher_cache_dir()
+    assert paths.of(ref).ref_dir().name == paths.of(before[3]).ref_dir().name.replace("-eagle3", "-eagle3-warm540")
+    assert paths.of(draft04).draft_dir() != paths.of(before[4]).draft_dir()
+    assert paths.of(evaluation).eval_dir() != paths.of(before[5]).eval_dir()
     assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
     assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()
-    assert all(cfg.distill.ttt_warmup_steps == 0 for cfg in default[3:])  # the default: no warm-up
 
 
 def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_and_data():
@@ -116,7 +122,7 @@ def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_an
     # the same target and answers; the heads' cache covers all 7,409 problems, the drafts' the first 500 ...
     assert paths.of(ref).target_dir() == paths.of(heads).target_dir() and ref.task.n_train == 500
     assert paths.of(heads).teacher_cache_dir() == paths.of(ref).teacher_cache_dir().with_name("target-answers-n7409-topk64")
-    assert paths.of(heads).ref_dir() == paths.of(ref).ref_dir().with_name("ref-eagle3-target-answers")  # ... never a draft
+    assert paths.of(heads).ref_dir() == paths.of(ref).ref_dir().with_name("ref-eagle3-warm540-target-answers")  # ... never
     assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(draft1).ref_dir()
     assert {paths.of(evaluation).draft_dir(k) for k in evaluation.eval.draft_ks} == {
         paths.of(draft04).draft_dir(), paths.of(draft1).draft_dir()
@@ -144,7 +150,7 @@ def test_head_convergence_trains_demo_real_reference_longer_on_the_same_data_and
     assert modules == ["adaspec.commands.train", "adaspec.commands.answers", "adaspec.commands.cache",
                        "adaspec.commands.train", "adaspec.commands.curves"]
     long_ref = checked_config(*commands[3][1])
-    demo_ref = checked_config(*recipe()[4][1])
+    demo_ref = checked_config(*recipe("demo-real", *BEFORE_WARMUP)[4][1])
     # in batches of 32, as demo-real trained its heads when the committed curves were made
     assert long_ref.stage.batch_size == 32 and long_ref.stage.early_stop_patience == 0
     assert long_ref.stage.max_steps * 32 > demo_ref.stage.max_steps * demo_ref.stage.batch_size
@@ -165,7 +171,7 @@ def test_the_head_question_trains_demo_real_heads_for_equal_steps_in_a_folder_of
     steps = paper_plan([TASKS["smollm2_gsm8k_head"]], [0], sweeps=False)
     configs = [(step, compose_step(step, [])) for step in steps]
     trained = [c for s, c in configs if s.kind == "train" and c.stage.name in ("ref", "draft")]
-    demo_ref = checked_config(*recipe()[4][1])
+    demo_ref = checked_config(*recipe("demo-real", *BEFORE_WARMUP)[4][1])
     assert len(trained) == 5  # the reference, then k=0.4 and k=1 with the forward KL and with the LK hybrid
     for cfg in trained:  # demo-real's data, head and schedule, but no early stop: every head takes the same steps
         assert cfg.task == demo_ref.task and cfg.trainer == demo_ref.trainer

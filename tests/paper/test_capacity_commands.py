@@ -201,6 +201,10 @@ def test_the_capacity_group_benches_every_finished_draft_and_demo_reals_heads_wh
                                outputs)
     assert list(drafts_in(command)) == ["h128-k1", "h384-k1", "demo-real-head-k0.4", "demo-real-head-k1"]
     assert drafts_in(command)["demo-real-head-k1"] == str(demo / "ref-eagle3-target-answers/final")
+    finished(demo / "draft-k0.4-eagle3-warm540-target-answers/final")  # demo-real's heads of now come first
+    finished(demo / "ref-eagle3-warm540-target-answers/final")
+    now = drafts_in(with_draft_group(["--draft-group", "capacity", "--ks", "1"], outputs))
+    assert now["demo-real-head-k1"] == str(demo / "ref-eagle3-warm540-target-answers/final")
     assert command[command.index("--name") + 1] == "capacity-seed0-g2" and command[command.index("--gammas") + 1] == "2"
     assert command.index("--prompts") < command.index("--draft-dtype") < command.index("paper=smollm2_gsm8k_capacity")
     assert command[-2:] == ["seed=0", "baseline=[prompt_lookup]"]  # prompt lookup: a row of its own

@@ -14,6 +14,8 @@ DRAFT_GROUPS = ("capacity",)
 CAPACITY_RUN = Path("capacity-real/gsm8k/smollm2")
 DEMO_REAL_RUN = Path("gsm8k/smollm2")
 ANSWERS = "-target-answers"  # both distil the target's own answers (distill.data=target)
+# make demo-real's heads: warmed up on one pass (its default since 2026-12-07), then those from before
+DEMO_REAL_SCHEDULES = ("-warm540", "")
 
 
 def finished(folder: Path) -> bool:
@@ -37,14 +39,16 @@ def capacity_run(seed: int, outputs: Path = Path("outputs")) -> Path:
 def capacity_drafts(seed: int, ks: tuple[float, ...], outputs: Path = Path("outputs")) -> dict[str, Path]:
     """The capacity experiment's finished forward-KL drafts of `seed` by row name: each size's at `ks`
     (`h256-k1`), then the EAGLE-3 heads at k=0.4 and 1, the experiment's own where it has its k=0.4 head, else
-    make demo-real's AdaSPEC k=0.4 head and its reference (which stage 3 at k=1 reproduces bit for bit). A
-    folder without meta.json is unfinished and left out."""
+    make demo-real's AdaSPEC k=0.4 head and its reference (which stage 3 at k=1 reproduces bit for bit), its
+    current recipe's where finished, else its recipe's before. A folder without meta.json is unfinished and left out."""
     run = capacity_run(seed, outputs)
     sizes = {f"{size}-k{format_k(k)}": run / f"draft-k{format_k(k)}{suffix}{ANSWERS}" / "final"
              for size, suffix in capacity_sizes() for k in ks}
     own_heads = {f"head-k{format_k(k)}": run / f"draft-k{format_k(k)}-eagle3{ANSWERS}" / "final" for k in (0.4, 1)}
     demo = outputs / DEMO_REAL_RUN / "seed0"
-    demo_heads = {"demo-real-head-k0.4": demo / f"draft-k0.4-eagle3{ANSWERS}" / "final",
-                  "demo-real-head-k1": demo / f"ref-eagle3{ANSWERS}" / "final"}
+    demo_recipes = [{"demo-real-head-k0.4": demo / f"draft-k0.4-eagle3{schedule}{ANSWERS}" / "final",
+                     "demo-real-head-k1": demo / f"ref-eagle3{schedule}{ANSWERS}" / "final"}
+                    for schedule in DEMO_REAL_SCHEDULES]
+    demo_heads = next((h for h in demo_recipes if finished(h["demo-real-head-k0.4"])), demo_recipes[0])
     heads = own_heads if finished(own_heads["head-k0.4"]) else demo_heads
     return {name: folder for name, folder in (sizes | heads).items() if finished(folder)}
