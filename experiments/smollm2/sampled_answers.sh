@@ -17,7 +17,7 @@
 # (distill.ttt_passes; tagged passes<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>]-passes<n>/): a
 # cheaper step, so more of them in the same time (experiments/smollm2/head_passes_cost.py).
 # WARMUP=<n> trains the first n steps on the first pass only, then every pass (distill.ttt_warmup_steps; its
-# folders end -warm<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>]-warm<n>/).
+# folders carry -warm<n>, results in <arm>-n<N>[-seed<s>][-steps<k>][-lr<rate>][-passes<p>]-warm<n>/).
 # TREE=<shape> (e.g. k4-d4-n8) adds a temperature-1 evaluation of the head as that draft tree beside its chain
 # (eval.trees, the same 20 prompts): t1-<shape>.json.
 # Every step is resumable or skipped when done: run it again after a stop. Commit the sampled parts
