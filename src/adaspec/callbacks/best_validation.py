@@ -32,7 +32,7 @@ class KeepBestValidation(pl.Callback):
         fitting = trainer.state.fn == "fit"  # not the final validation of the kept weights
         if trainer.sanity_checking or not fitting or self.monitor not in trainer.callback_metrics:
             return
-        if trainer.global_step <= self.counted_after_step:
+        if self.counted_after_step and trainer.global_step <= self.counted_after_step:  # 0: every validation
             return
         value = float(trainer.callback_metrics[self.monitor])
         if self.best is None or value < self.best:
