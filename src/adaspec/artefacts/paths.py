@@ -31,6 +31,11 @@ def _suffix(tag: str) -> str:
     return f"-{tag}" if tag else ""
 
 
+def schedule_suffix(warmup_steps: int) -> str:
+    """The folder suffix of heads trained with distill.ttt_warmup_steps=warmup_steps: `-warm<n>`, "" for none."""
+    return f"-warm{warmup_steps}" if warmup_steps else ""
+
+
 def format_k(k: float) -> str:
     return f"{float(k):g}"
 
@@ -196,7 +201,7 @@ def of(cfg: DictConfig) -> Layout:
         answers_name="" if distill is None else
         f"{cfg.task.prompt_format}-max{distill.answer_max_new_tokens}{sampling}",
         answers_variant=variant,
-        schedule=f"-warm{warmup}" if warmup else "",
+        schedule=schedule_suffix(warmup),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adaspec.artefacts.paths import format_k
+from adaspec.artefacts.paths import format_k, schedule_suffix
 from adaspec.paper.plan import CAPACITY, CAPACITY_GROUP, TaskPlan
 
 DRAFT_GROUPS = ("capacity",)
@@ -15,7 +15,7 @@ CAPACITY_RUN = Path("capacity-real/gsm8k/smollm2")
 DEMO_REAL_RUN = Path("gsm8k/smollm2")
 ANSWERS = "-target-answers"  # both distil the target's own answers (distill.data=target)
 # make demo-real's heads: warmed up on one pass (its default since 2026-12-07), then those from before
-DEMO_REAL_SCHEDULES = ("-warm540", "")
+DEMO_REAL_SCHEDULES = (schedule_suffix(540), schedule_suffix(0))
 
 
 def finished(folder: Path) -> bool:
