@@ -17,9 +17,11 @@ from adaspec.decoding import speculative as spec_mod
 from adaspec.decoding.kv import forward
 from adaspec.decoding.serving import Served, Serving, as_served
 from adaspec.decoding.tree import Tree, TreeShape, accept_greedy, accept_sampled, tree_shape
+from adaspec.drafts import hybrid
 from adaspec.drafts.hybrid import HybridDraft
 from adaspec.drafts.model import ModelDraft
 from adaspec.drafts.prompt_lookup import PromptLookupDraft, lookup, lookup_tree
+from adaspec.drafts.tree_expansion import expand
 from adaspec.evaluation.replay import replay
 from tests.decoding.conftest import noisy_copy, tiny_model
 from tests.decoding.test_serving import tiny_llama
@@ -313,3 +315,96 @@ def test_greedy_verification_follows_the_targets_argmax():
     logits = torch.full((len(TOY_TREE) + 1, SAMPLING_V), -5.0)
     logits[0, 1] = logits[1, 5] = logits[5, 0] = 5.0  # root -> 1 (node 0) -> 5 (node 4) -> 0 (not a child)
     assert accept_greedy(logits, TOY_TREE) == ([0, 4], 0)
+
+
+# ------------------------------------------------------------------- sampling: the root's first child drawn
+
+
+def test_the_drawn_first_child_is_named_parsed_and_ignored_when_greedy():
+    shape = TreeShape.parse("k4-d3-n12+lookup8+sample")
+    assert shape == TreeShape(4, 3, 12, 8, sample_first=True) and shape.name == "k4-d3-n12+lookup8+sample"
+    assert TreeShape.parse("k4-d4-n8+sample").lookup == 0 and TreeShape.parse("k4-d4-n8").sample_first is False
+    assert tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample_first": True}).name == "k4-d4-n8+sample"
+    assert TreeShape.parse("k4-d4-n8+sample").capped(2).sample_first
+    with pytest.raises(ValueError, match="sample_first"):
+        tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample_first": "yes"})
+    with pytest.raises(ValueError, match=r"\+sample"):
+        TreeShape.parse("k4-d4-n8+sample+lookup4")
+
+
+def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape, unpinned_below: float = 0.0
+               ) -> Tree:
+    """`expand` below a root whose children have log q, deeper levels from a fixed random draft. Negative control
+    `unpinned_below`: the drawn child (and what hangs below it) dropped when its q is under this, so that whether it
+    is in the tree depends on what was drawn (what the pin rules out)."""
+    rows = torch.log_softmax(torch.randn(64, SAMPLING_V, generator=torch.Generator().manual_seed(7)), -1).double()
+    tree = expand(q_log, lambda pool, frontier: rows[torch.tensor(frontier) % 64], shape, lambda ids: ids,
+                  generator=generator)
+    if float(q_log[tree.tokens[0]].exp()) < unpinned_below:
+        keep = [n for n in range(1, len(tree)) if tree.depths[n] == 1]
+        tree = Tree([tree.tokens[n] for n in keep], [-1] * len(keep), tree.q[keep])
+    return tree
+
+
+def against_a_sharper_q(probs, tree, generator):
+    """`accept_sampled` told that the drawn child came from q^2 (normalised), not from q."""
+    if tree.q is None:  # no room left for a proposal
+        return accept_sampled(probs, tree, generator)
+    q = tree.q.clone()
+    q[0] = q[0] ** 2 / (q[0] ** 2).sum()
+    return accept_sampled(probs, Tree(tree.tokens, tree.parents, q), generator)
+
+
+def first_tokens(p: torch.Tensor, q_log: torch.Tensor, shape: TreeShape, n: int, verify=accept_sampled,
+                 **kw) -> np.ndarray:
+    gen = torch.Generator().manual_seed(0)
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        tree = drawn_tree(q_log, gen, shape, **kw)
+        rows = p.expand(len(tree) + 1, -1)
+        path, token = verify(rows, tree, gen)
+        out[i] = tree.tokens[path[0]] if path else token
+    return out
+
+
+def test_a_drawn_first_child_verified_as_a_draw_emits_the_targets_distribution():
+    p = toy_rows(4)[0]
+    q_log = torch.log_softmax(torch.randn(SAMPLING_V, generator=torch.Generator().manual_seed(5)) * 2, -1).double()
+    shape = TreeShape(3, 2, 5, sample_first=True)
+    tree = drawn_tree(q_log, torch.Generator().manual_seed(1), shape)
+    assert tree.pinned == (0,) and tree.children(-1)[0] == 0 and tree.q[0].sum().item() == pytest.approx(1.0)
+    assert all(tree.q[n].max() == 1.0 for n in range(1, len(tree)))  # every other node: a deterministic pick
+    assert chi2_pvalue(first_tokens(p, q_log, shape, 8000), p.numpy()) > P_THRESHOLD
+
+    # negative controls: the draw verified against a sharper q than it came from; its presence depending on it
+    assert chi2_pvalue(first_tokens(p, q_log, shape, 8000, verify=against_a_sharper_q), p.numpy()) < P_THRESHOLD
+    assert chi2_pvalue(first_tokens(p, q_log, shape, 8000, unpinned_below=0.2), p.numpy()) < P_THRESHOLD
+
+
+def test_grafting_keeps_the_drawn_child_and_its_distribution():
+    q = torch.eye(8)[[5, 6, 7, 8 % 8]]
+    q[0] = torch.full((8,), 1 / 8)
+    tree = Tree([5, 6, 7, 0], [-1, -1, 0, 0], q, scores=[0.0, -0.1, -0.2, -0.3], pinned=(0,))
+    grafted, origin = tree.graft([1, 2, 3, 4], budget=4)  # the chain is cut to 3 so that the drawn child fits
+    assert grafted.pinned == (0,) and grafted.tokens[0] == 5 and origin[0] == 0 and len(grafted) == 4
+    assert torch.equal(grafted.q[0], q[0]) and [grafted.tokens[n] for n in grafted.children(-1)] == [5, 1]
+    assert all(grafted.q[n, grafted.tokens[n]] == 1.0 for n in range(1, 4))
+
+
+@pytest.mark.parametrize("shape", [TreeShape(3, 2, 6, sample_first=True),
+                                   TreeShape(3, 2, 6, lookup=2, sample_first=True)], ids=["tree", "hybrid"])
+def test_trees_with_a_drawn_first_child_end_to_end_are_distributed_as_the_target(sampling_models, monkeypatch,
+                                                                                  shape):
+    target, draft = sampling_models
+    prompt, temperature = torch.tensor([[3, 1, 3]]), 0.7
+    exact = exact_two_token_distribution(target, prompt, temperature)
+
+    def spec(gen):
+        return speculative_generate(target, draft, prompt, gamma_policy=FixedGamma(2), max_new_tokens=3,
+                                    eos_token_id=None, temperature=temperature, generator=gen, tree=shape).tokens
+
+    session = hybrid.for_shape(draft, shape).start(prompt, SAMPLING_V)
+    assert session.propose_tree(prompt[0], shape, temperature, torch.Generator().manual_seed(0)).pinned == (0,)
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
+    monkeypatch.setattr(spec_mod, "accept_sampled", wrong_residual)  # negative control (the drawn child's own: above)
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) < P_THRESHOLD

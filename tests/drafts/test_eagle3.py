@@ -333,6 +333,28 @@ def test_the_heads_tree_is_one_batched_head_forward_per_depth(trained, target):
     assert len(session.cache) == prompt(1).shape[1]  # the tree's pairs are gone; only real pairs stay
 
 
+def test_the_heads_drawn_first_child_carries_its_distribution_over_the_targets_ids(trained, target):
+    """+sample over a reduced vocabulary: the drawn child's q row is the head's distribution mapped to the target's
+    ids (nothing on the tokens it cannot propose), every other row a one-hot pick; greedy ignores +sample."""
+    vocab = DraftVocab(torch.arange(0, V, 2), target_size=V, fallback_target_id=0)
+    head = Eagle3Head.from_target(target, vocab.size)
+    state = trained[0].model.state_dict()
+    head.load_state_dict({**state, "lm_head.weight": state["lm_head.weight"][vocab.draft_to_target]})
+    draft, shape = Eagle3Draft(head.eval(), vocab, target), TreeShape(3, 3, 8, sample_first=True)
+
+    def tree_of(temperature: float, generator: torch.Generator | None):
+        session = draft.start(prompt(1), V)
+        session.read_target(draft.features(prompt(1)[:, :-1])[0])
+        return session.propose_tree(prompt(1)[0], shape, temperature, generator)
+
+    tree = tree_of(1.0, torch.Generator().manual_seed(0))
+    assert tree.pinned == (0,) and tree.q.shape == (len(tree), V) and tree.children(-1)[0] == 0
+    assert tree.q[0].sum().item() == pytest.approx(1.0, abs=1e-5) and tree.q[0, 1::2].sum() == 0
+    assert all(tree.q[n, tree.tokens[n]] == 1.0 for n in range(1, len(tree)))
+    greedy_tree = tree_of(0.0, None)
+    assert greedy_tree.q is None and greedy_tree.pinned == ()
+
+
 def test_the_heads_tree_replay_walks_the_real_loops_blocks(trained, target):
     draft, _ = trained
     for shape in (TreeShape(3, 3, 8), TreeShape(3, 4, 10, lookup=4), TreeShape(2, 2, 9, lookup=6)):

@@ -12,8 +12,10 @@ along the path, as in a chain. Temperature > 0: the siblings are tried one by on
 rejection sampling, in EAGLE's sibling-by-sibling form): child x drawn from q (`Tree.q`; a deterministic
 choice such as a top-k pick is q = one-hot(x)) is accepted with probability min(1, p(x)/q(x)); after a
 rejection p becomes norm(max(0, p - q)) and the next sibling is tried; when every child is rejected the
-token is drawn from what is left of p. Each child must be drawn independently of its siblings (a
-deterministic pick is), and then the emitted token is distributed exactly as p.
+token is drawn from what is left of p. Each drawn child must be drawn independently of its siblings tried
+before it, and whether it is in the tree at all must not depend on what was drawn (`Tree.pinned`); a
+deterministic pick may depend on any draw of the draft's, never on the target's. Then the emitted token is
+distributed exactly as p.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ __all__ = ["MAX_NODES", "Tree", "TreeShape", "accept_greedy", "accept_sampled", 
 @dataclass
 class Tree:
     """Proposals as a tree below the root (module docstring). `q[i]` is the distribution node i was drawn from
-    (`[N, width]`, temperature > 0 only); None: every node is a deterministic pick."""
+    (`[N, width]`, temperature > 0 only; one-hot for a deterministic pick); None: every node is a deterministic
+    pick. `pinned`: the drawn nodes, which anything that prunes the tree must keep (`graft` does)."""
 
     tokens: list[int]
     parents: list[int]
     q: Tensor | None = None
     scores: list[float] | None = None  # the draft's cumulative log-probability of each node, where it ranked them
+    pinned: tuple[int, ...] = ()
     depths: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -73,11 +77,11 @@ class Tree:
 
     def graft(self, chain: list[int], budget: int) -> tuple[Tree, list[int | None]]:
         """This tree with `chain` (tokens after the root) as a branch: followed down the nodes it shares with the
-        tree, new nodes after; then the lowest-ranked nodes off the chain are dropped until `budget` nodes are
-        left (a ranked tree drops its least likely leaves first). Deterministic trees only (no `q`). Returns the
-        new tree and, for each of its nodes, the node it was here (None: a grafted one)."""
-        if self.q is not None:
-            raise ValueError("grafting is for deterministic trees (q is None)")
+        tree, new nodes after; then the lowest-ranked nodes off the chain and not pinned are dropped until `budget`
+        nodes are left (a ranked tree drops its least likely leaves first; the chain is cut so that the pinned
+        nodes fit beside it). Grafted nodes are deterministic picks (one-hot rows of `q`). Returns the new tree
+        and, for each of its nodes, the node it was here (None: a grafted one)."""
+        chain = chain[: max(0, budget - len(self.pinned))]
         tokens, parents = list(self.tokens), list(self.parents)
         scores = list(self.scores) if self.scores is not None else [-float(i) for i in range(len(tokens))]
         on_chain, node = [], -1
@@ -90,16 +94,24 @@ class Tree:
                 child = len(tokens) - 1
             on_chain.append(child)
             node = child
-        protected = set(on_chain)
+        protected = set(on_chain) | set(self.pinned)
         others = sorted((n for n in range(len(tokens)) if n not in protected), key=lambda n: (-scores[n], n))
         kept = protected | set(others[: max(0, budget - len(protected))])
         depth: dict[int, int] = {-1: 0}
         for n in sorted(kept, key=lambda n: (n >= len(self), n)):  # a grafted node's parent comes before it
             depth[n] = depth[parents[n]] + 1
-        order = sorted(kept, key=lambda n: (depth[n], n))
+        order = sorted(kept, key=lambda n: (depth[n], n))  # siblings keep their order, grafted ones last
         index = {n: i for i, n in enumerate(order)}
-        tree = Tree([tokens[n] for n in order], [index.get(parents[n], -1) for n in order], None,
-                    [scores[n] for n in order])
+        q = None
+        if self.q is not None:
+            q = torch.zeros(len(order), self.q.shape[-1], dtype=self.q.dtype, device=self.q.device)
+            for i, n in enumerate(order):
+                if n < len(self):
+                    q[i] = self.q[n]
+                else:
+                    q[i, tokens[n]] = 1.0
+        tree = Tree([tokens[n] for n in order], [index.get(parents[n], -1) for n in order], q,
+                    [scores[n] for n in order], tuple(index[n] for n in self.pinned))
         return tree, [n if n < len(self) else None for n in order]
 
     def ancestors(self, width: int | None = None) -> Tensor:

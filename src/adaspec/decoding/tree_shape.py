@@ -13,12 +13,15 @@ class TreeShape:
     """EAGLE-2's expansion: the `top_k` best children of each of the `top_k` best frontier nodes per depth, `depth`
     draft steps, then the `nodes` best nodes by cumulative draft log-probability. `lookup` > 0: also graft the
     prompt-lookup continuation of up to `lookup` tokens as a branch, within the `nodes` (the hybrid proposer,
-    `adaspec.drafts.hybrid`)."""
+    `adaspec.drafts.hybrid`). `sample_first` (`+sample`; temperature > 0 only, greedy ignores it): the root's first
+    child is drawn from the draft's distribution instead of being its top pick, the other top_k - 1 are the top
+    picks among the rest (`adaspec.drafts.tree_expansion`)."""
 
     top_k: int = 4
     depth: int = 4
     nodes: int = 16
     lookup: int = 0
+    sample_first: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= 16:
@@ -43,28 +46,32 @@ class TreeShape:
         depth, lookup = max(0, min(self.depth, room)), max(0, min(self.lookup, room))
         if (depth, lookup) == (self.depth, self.lookup):
             return self
-        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup)
+        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup, self.sample_first)
 
     @property
     def name(self) -> str:
-        """`k4-d4-n16`, `k4-d4-n16+lookup` (a lookup branch as long as the depth), `k4-d4-n16+lookup8`."""
+        """`k4-d4-n16`, `k4-d4-n16+lookup` (a lookup branch as long as the depth), `k4-d4-n16+lookup8`,
+        `k4-d4-n16+sample`, `k4-d3-n12+lookup8+sample`."""
         suffix = "" if not self.lookup else "+lookup" if self.lookup == self.depth else f"+lookup{self.lookup}"
-        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}"
+        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}{'+sample' if self.sample_first else ''}"
 
     @classmethod
     def parse(cls, name: str) -> TreeShape:
         """The inverse of `name`."""
-        base, plus, extra = name.partition("+")
+        base, *extras = name.split("+")
+        sample_first = extras[-1:] == ["sample"]
+        extras = extras[:-1] if sample_first else extras
         try:
             k, d, n = base.split("-")
-            if k[0] != "k" or d[0] != "d" or n[0] != "n" or (plus and not extra.startswith("lookup")):
+            if k[0] != "k" or d[0] != "d" or n[0] != "n" or len(extras) > 1 or not all(
+                    e.startswith("lookup") for e in extras):
                 raise ValueError
             numbers = int(k[1:]), int(d[1:]), int(n[1:])
-            lookup = 0 if not plus else int(extra[len("lookup"):] or numbers[1])
+            lookup = 0 if not extras else int(extras[0][len("lookup"):] or numbers[1])
         except (ValueError, IndexError):
-            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]], "
+            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]][+sample], "
                              f"e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
-        return cls(*numbers, lookup)
+        return cls(*numbers, lookup, sample_first)
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,8 @@ class _Capped(TreeShape):
 
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
-    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth). Bad input raises ValueError
-    naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
+    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth) and sample_first. Bad input
+    raises ValueError naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
     if is_auto(decode_tree):
         raise ValueError("decode.tree=auto is chosen per draft by the evaluation (adaspec.evaluation.tree_choice); "
                          "here give a shape such as k4-d4-n16, or off")
@@ -87,12 +94,16 @@ def tree_shape(decode_tree) -> TreeShape | None:
     if isinstance(decode_tree, str):
         return TreeShape.parse(decode_tree)
     keys = dict(decode_tree)
-    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup"}
+    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup", "sample_first"}
     if unknown:
-        raise ValueError(f"decode.tree: unknown key(s) {sorted(unknown)}; allowed: top_k, depth, nodes, lookup (or off)")
+        raise ValueError(f"decode.tree: unknown key(s) {sorted(unknown)}; allowed: top_k, depth, nodes, lookup, "
+                         "sample_first (or off)")
     if isinstance(keys.get("lookup"), bool):  # lookup: true is a branch as long as the depth
         keys["lookup"] = int(keys.get("depth", TreeShape.depth)) if keys["lookup"] else 0
-    return TreeShape(**{k: int(v) for k, v in keys.items()})
+    sample_first = keys.pop("sample_first", False)
+    if not isinstance(sample_first, bool):
+        raise ValueError(f"decode.tree.sample_first must be true or false, got {sample_first!r}")
+    return TreeShape(**{k: int(v) for k, v in keys.items()}, sample_first=sample_first)
 
 
 def is_auto(decode_tree) -> bool:

@@ -326,7 +326,8 @@ class _Eagle3Session:
                      generator: torch.Generator | None) -> Tree:
         """EAGLE-2's tree after `context` (`adaspec.drafts.tree_expansion`): one batched head forward per depth,
         each frontier pair reading its parent's output and seeing the real pairs and its ancestors' pairs.
-        Deterministic picks (top-k), ranked by log-probabilities at `temperature` (1 when greedy)."""
+        Deterministic picks (top-k), ranked by log-probabilities at `temperature` (1 when greedy); with
+        `shape.sample_first` at temperature > 0 the root's first child is drawn instead."""
         length = context.shape[0]
         support = self.head.config.draft_vocab_size
         scale = temperature if temperature > 0 else 1.0
@@ -346,7 +347,10 @@ class _Eagle3Session:
             return torch.log_softmax(logits[0, :, :support].float() / scale, dim=-1)
 
         root = torch.log_softmax(root_logits[:support].float() / scale, dim=-1)
-        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)))
+        draws = generator if temperature > 0 and shape.sample_first else None
+        vocab = None if self.draft.vocab is None else self.draft.vocab.to(device)
+        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)), generator=draws,
+                      q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
         self.cache.crop(length)  # only real pairs stay
         return tree
 

@@ -7,6 +7,13 @@ the `top_k` best of those k * k become the next frontier. Finally the `nodes` be
 kept: a node's cumulative log-probability is never above its parent's, so the kept set holds every kept node's
 parent. The draft supplies `step(frontier)`: the log-probabilities `[len(frontier), support]` of the children of
 those pool nodes.
+
+Temperature > 0 with `+sample` (`TreeShape.sample_first`): the root's first child is drawn from the draft's
+distribution and verified as a draw (accepted with min(1, p/q)) before its siblings, the top_k - 1 most likely of
+the other tokens. A draw can only be verified against the q it came from if the tree's making never looks at what
+was drawn before deciding to keep it, so that child is pinned: always kept, first among the root's children (its
+siblings and every deeper node may depend on it: they are verified as deterministic picks, only after it). Only the
+root gets a drawn child: a draw deeper down would compete with earlier-verified nodes for the node budget.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from adaspec.decoding.sampling import sample
 from adaspec.decoding.tree import Tree, TreeShape
 
 
@@ -44,14 +52,26 @@ class Pool:
 
 
 def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], shape: TreeShape,
-           to_target: Callable[[Tensor], Tensor], chosen: list[int] | None = None) -> Tree:
+           to_target: Callable[[Tensor], Tensor], chosen: list[int] | None = None,
+           generator: torch.Generator | None = None, q_to_target: Callable[[Tensor], Tensor] | None = None) -> Tree:
     """The tree of `shape` below a root whose children have `root_logprobs [support]` (module docstring);
-    `to_target` maps support ids to target ids. `chosen` (a list) receives each tree node's pool index."""
+    `to_target` maps support ids to target ids. `chosen` (a list) receives each tree node's pool index.
+    `generator` (temperature > 0 and `shape.sample_first` only): the root's first child is drawn with it, and the
+    tree carries `q` (mapped to the target's vocabulary by `q_to_target`): that child's distribution, one-hot rows
+    for every other node."""
     pool = Pool()
     if shape.depth == 0 or shape.nodes == 0:
         return Tree([], [], scores=[])
-    values, tokens = root_logprobs.topk(min(shape.top_k, root_logprobs.shape[-1]))
-    frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
+    k = min(shape.top_k, root_logprobs.shape[-1])
+    drawn = None if generator is None else int(sample(root_logprobs.float().exp(), generator))
+    if drawn is None:
+        values, tokens = root_logprobs.topk(k)
+        frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
+    else:
+        values, tokens = root_logprobs.index_fill(-1, torch.tensor([drawn], device=root_logprobs.device),
+                                                  -float("inf")).topk(k - 1)
+        frontier = [pool.add(drawn, -1, float(root_logprobs[drawn]))]
+        frontier += [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
     for _ in range(shape.depth - 1):
         logprobs = step(pool, frontier)
         values, tokens = logprobs.topk(min(shape.top_k, logprobs.shape[-1]), dim=-1)
@@ -61,12 +81,21 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         added = [pool.add(t, node, score) for score, t, node in offered]
         frontier = sorted(added, key=lambda n: -pool.scores[n])[: shape.top_k]
         frontier.sort()
-    kept = sorted(sorted(range(len(pool.tokens)), key=lambda n: (-pool.scores[n], pool.depths[n], n))[: shape.nodes])
+    pinned = () if drawn is None else (0,)  # pool node 0: the drawn child; a log-probability of 0 ranks it first
+    rank = [0.0 if n in pinned else pool.scores[n] for n in range(len(pool.tokens))]
+    kept = sorted(sorted(range(len(pool.tokens)), key=lambda n: (-rank[n], pool.depths[n], n))[: shape.nodes])
     if chosen is not None:
         chosen.extend(kept)
     index = {node: i for i, node in enumerate(kept)}
     target_ids = to_target(torch.tensor([pool.tokens[n] for n in kept], dtype=torch.long)).tolist()
-    return Tree(target_ids, [index.get(pool.parents[n], -1) for n in kept], scores=[pool.scores[n] for n in kept])
+    q = None
+    if drawn is not None:
+        q = torch.zeros(len(kept), root_logprobs.shape[-1], device=root_logprobs.device)
+        q[torch.arange(len(kept), device=q.device), torch.tensor([pool.tokens[n] for n in kept], device=q.device)] = 1.0
+        q[0] = root_logprobs.float().exp()
+        q = q if q_to_target is None else q_to_target(q)
+    return Tree(target_ids, [index.get(pool.parents[n], -1) for n in kept], q, [rank[n] for n in kept],
+                pinned=pinned)
 
 
 def frontier_mask(pool: Pool, frontier: list[int], slots: dict[int, int], past: int, context: int) -> Tensor:
