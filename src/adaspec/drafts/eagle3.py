@@ -347,10 +347,9 @@ class _Eagle3Session:
             return torch.log_softmax(logits[0, :, :support].float() / scale, dim=-1)
 
         root = torch.log_softmax(root_logits[:support].float() / scale, dim=-1)
-        draws = generator if temperature > 0 and shape.sample_first else None
         vocab = None if self.draft.vocab is None else self.draft.vocab.to(device)
-        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)), generator=draws,
-                      q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
+        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)), temperature=temperature,
+                      generator=generator, q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
         self.cache.crop(length)  # only real pairs stay
         return tree
 

@@ -194,10 +194,9 @@ class _ModelSession:
         root = torch.log_softmax(root_logits[: self.support].float() / scale, dim=-1)
         self.pool_of_node: list[int] = []
         self.tree_after = length  # the cache's rows from here on are the tree's until keep_path
-        draws = generator if temperature > 0 and shape.sample_first else None
         vocab = None if self.draft.vocab is None else self.draft.vocab.to(device)
-        return expand(root, step, shape, self.draft.to_target_ids, chosen=self.pool_of_node, generator=draws,
-                      q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
+        return expand(root, step, shape, self.draft.to_target_ids, chosen=self.pool_of_node, temperature=temperature,
+                      generator=generator, q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
 
     def keep_path(self, path: list[int]) -> None:
         """Keep the cached rows of the path's nodes that were read (a prefix of it), right after the context."""

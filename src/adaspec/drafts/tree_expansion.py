@@ -52,18 +52,19 @@ class Pool:
 
 
 def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], shape: TreeShape,
-           to_target: Callable[[Tensor], Tensor], chosen: list[int] | None = None,
+           to_target: Callable[[Tensor], Tensor], chosen: list[int] | None = None, temperature: float = 0.0,
            generator: torch.Generator | None = None, q_to_target: Callable[[Tensor], Tensor] | None = None) -> Tree:
     """The tree of `shape` below a root whose children have `root_logprobs [support]` (module docstring);
     `to_target` maps support ids to target ids. `chosen` (a list) receives each tree node's pool index.
-    `generator` (temperature > 0 and `shape.sample_first` only): the root's first child is drawn with it, and the
-    tree carries `q` (mapped to the target's vocabulary by `q_to_target`): that child's distribution, one-hot rows
-    for every other node."""
+    `temperature` > 0 with `shape.sample_first`: the root's first child is drawn with `generator`, and the tree
+    carries `q` (mapped to the target's vocabulary by `q_to_target`): that child's distribution, one-hot rows for
+    every other node."""
     pool = Pool()
     if shape.depth == 0 or shape.nodes == 0:
         return Tree([], [], scores=[])
     k = min(shape.top_k, root_logprobs.shape[-1])
-    drawn = None if generator is None else int(sample(root_logprobs.float().exp(), generator))
+    root_q = root_logprobs.float().exp() if shape.sample_first and temperature > 0 else None
+    drawn = None if root_q is None else int(sample(root_q, generator))
     if drawn is None:
         values, tokens = root_logprobs.topk(k)
         frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
@@ -92,7 +93,7 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
     if drawn is not None:
         q = torch.zeros(len(kept), root_logprobs.shape[-1], device=root_logprobs.device)
         q[torch.arange(len(kept), device=q.device), torch.tensor([pool.tokens[n] for n in kept], device=q.device)] = 1.0
-        q[0] = root_logprobs.float().exp()
+        q[0] = root_q
         q = q if q_to_target is None else q_to_target(q)
     return Tree(target_ids, [index.get(pool.parents[n], -1) for n in kept], q, [rank[n] for n in kept],
                 pinned=pinned)
