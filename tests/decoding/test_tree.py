@@ -339,7 +339,7 @@ def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape
     is in the tree depends on what was drawn (what the pin rules out)."""
     rows = torch.log_softmax(torch.randn(64, SAMPLING_V, generator=torch.Generator().manual_seed(7)), -1).double()
     tree = expand(q_log, lambda pool, frontier: rows[torch.tensor(frontier) % 64], shape, lambda ids: ids,
-                  generator=generator)
+                  temperature=1.0, generator=generator)
     if float(q_log[tree.tokens[0]].exp()) < unpinned_below:
         keep = [n for n in range(1, len(tree)) if tree.depths[n] == 1]
         tree = Tree([tree.tokens[n] for n in keep], [-1] * len(keep), tree.q[keep])
@@ -382,10 +382,11 @@ def test_a_drawn_first_child_verified_as_a_draw_emits_the_targets_distribution()
 
 
 def test_grafting_keeps_the_drawn_child_and_its_distribution():
-    q = torch.eye(8)[[5, 6, 7, 8 % 8]]
+    q = torch.eye(8)[[5, 6, 7, 0]]
     q[0] = torch.full((8,), 1 / 8)
-    tree = Tree([5, 6, 7, 0], [-1, -1, 0, 0], q, scores=[0.0, -0.1, -0.2, -0.3], pinned=(0,))
-    grafted, origin = tree.graft([1, 2, 3, 4], budget=4)  # the chain is cut to 3 so that the drawn child fits
+    # the drawn child ranks last, so only its pin keeps it; the chain is cut to 3 so that it fits
+    tree = Tree([5, 6, 7, 0], [-1, -1, 1, -1], q, scores=[-3.0, -0.1, -0.2, -0.3], pinned=(0,))
+    grafted, origin = tree.graft([1, 2, 3, 4], budget=4)
     assert grafted.pinned == (0,) and grafted.tokens[0] == 5 and origin[0] == 0 and len(grafted) == 4
     assert torch.equal(grafted.q[0], q[0]) and [grafted.tokens[n] for n in grafted.children(-1)] == [5, 1]
     assert all(grafted.q[n, grafted.tokens[n]] == 1.0 for n in range(1, 4))
