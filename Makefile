@@ -71,9 +71,9 @@ demo: install
 
 # The whole pipeline on the real target (model=smollm2, SmolLM2-135M-Instruct as it is) and GSM8K with the draft
 # that buys the most acceptance per CPU-hour here, an EAGLE-3 head (docs/eagle3.md): the
-# target's own answers to every training problem but the 64 that validate (7,409; HEAD_ANSWERS, below; one-off:
-# adopted from the parts committed under experiments/results/ when they name this target, else generated,
-# resumable), the top-64 teacher cache on them and the cache of the target's hidden states (one-off), the reference
+# target's own answers, sampled at temperature 1, to the first 1,024 training problems and the 64 that validate
+# (HEAD_ANSWERS, below; one-off: adopted from the parts committed under experiments/results/ when they name this
+# target, else generated, resumable), the top-64 teacher cache on them and the cache of the target's hidden states (one-off), the reference
 # head (DistillSpec) and the
 # AdaSPEC k=0.4 head (HEAD_STEPS optimiser steps of HEAD_BATCH sequences each, the most that fit the demo's budget
 # here: small batches buy the head its steps for about the same compute, experiments/results/smollm2/head-batch;
@@ -100,26 +100,29 @@ REAL_STAGE := resume=true stage.max_epochs=6
 # stage 1 of every recipe on the real target: the instruct model as it is, one folder whatever the drafts train
 # on (its fingerprint counts task.n_train, which a 0-step target never reads: every recipe makes it with REAL's)
 TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
-# HEAD_ANSWERS: which of the target's answers the heads learn from. Its greedy answers to every problem but the 64
-# that validate (GREEDY_ANSWERS, the default), or SAMPLED_ANSWERS: its samples at temperature 1 (seed 0, drawn in
-# batches of 64, committed parts) to the first 1,024 problems, every one kept, the unfinished cut at 256 tokens,
-# which serve temperature 1 better and greedy a little worse and cost 1.3-1.4x a step, so with fewer, smaller
-# steps: make demo-real HEAD_ANSWERS='$(SAMPLED_ANSWERS)' HEAD_BATCH=6 HEAD_STEPS=420 HEAD_WARMUP=0 (measured against
-# the default of then, in experiments/smollm2/README.md, "make demo-real: time and acceptance").
+# HEAD_ANSWERS: which of the target's answers the heads learn from. SAMPLED_ANSWERS (the default since 2026-12-07):
+# its samples at temperature 1 (seed 0, drawn in batches of 64, committed parts) to the first 1,024 problems, every
+# one kept, the unfinished cut at 256 tokens; or GREEDY_ANSWERS, the default before: its greedy answers to every
+# problem but the 64 that validate (7,409). Served as the hybrid k4-d3-n12+lookup8, heads on the samples meet both
+# of issue 46's goals in three head seeds (greedy alpha 0.753 / 0.752 / 0.758; temperature 1, the first child drawn:
+# 0.505 / 0.510 / 0.501), heads on the greedy answers the greedy one only (0.770; 0.461). Their one-off answers and
+# caches cost about 13 minutes instead of 50 (experiments/smollm2/README.md, "The default head: sampled answers").
+# A sampled step costs 1.3-1.4x a greedy one (longer answers), so HEAD_BATCH follows the answers: 6 sampled, 8 greedy.
 GREEDY_ANSWERS := task.n_train=7409
 SAMPLED_ANSWERS := task.n_train=1024 distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64 \
 	distill.keep_unfinished_answers=true
-HEAD_ANSWERS ?= $(GREEDY_ANSWERS)
+HEAD_ANSWERS ?= $(SAMPLED_ANSWERS)
 # HEAD_WARMUP: how many of the HEAD_STEPS train the first of EAGLE-3's three training-time-test passes only
 # (distill.ttt_warmup_steps; such a step costs 0.33x one of three, bench/results/head-passes-cost.json), the rest
 # every pass; early stopping counts from its end, and the heads get folders of their own (-warm<n>).
-# HEAD_STEPS=840 HEAD_WARMUP=540 trains heads of a lower validation KL and a higher chain alpha than 480 steps
-# without it, the trees level, in 12 % more training time (experiments/smollm2/README.md, "make demo-real: time
-# and acceptance"); HEAD_STEPS=480 HEAD_WARMUP=0 is the recipe before it.
+# HEAD_STEPS=840 HEAD_WARMUP=540 trains heads (on the greedy answers) of a lower validation KL and a higher chain
+# alpha than 480 steps without it, the trees level, in 12 % more training time (experiments/smollm2/README.md,
+# "make demo-real: time and acceptance"); HEAD_ANSWERS='$(GREEDY_ANSWERS)' HEAD_STEPS=480 HEAD_WARMUP=0 is the
+# recipe before it.
 HEAD_WARMUP ?= 540
 HEAD := pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
 EAGLE3 ?= $(HEAD) distill.ttt_warmup_steps=$(HEAD_WARMUP) $(HEAD_ANSWERS)
-HEAD_BATCH ?= 8
+HEAD_BATCH ?= $(if $(findstring answer_temperature,$(HEAD_ANSWERS)),6,8)
 HEAD_STEPS ?= 840
 HEAD_VAL_EVERY ?= 80
 HEAD_STAGE := resume=true stage.batch_size=$(HEAD_BATCH) stage.max_steps=$(HEAD_STEPS) \

@@ -30,9 +30,11 @@ def recipe(target: str = "demo-real", *variables: str) -> list[tuple[str, list[s
     return commands
 
 
-# demo-real's heads before the one-pass warm-up became its default (2026-12-07): what the head question and
-# head-convergence's committed curves were made beside
-BEFORE_WARMUP = ("HEAD_STEPS=480", "HEAD_WARMUP=0")
+# demo-real's heads on the target's greedy answers to every training problem, its default until 2026-12-07
+GREEDY = ("HEAD_ANSWERS=$(GREEDY_ANSWERS)",)
+# ... and before the one-pass warm-up became its default (2026-12-07): what the head question and head-convergence's
+# committed curves were made beside
+BEFORE_WARMUP = (*GREEDY, "HEAD_STEPS=480", "HEAD_WARMUP=0")
 
 
 def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders():
@@ -53,8 +55,13 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     # the reference and the AdaSPEC head train alike (but for the selection), under bfloat16 autocast
     assert {**ref.stage, "name": "draft"} == {**draft04.stage} and ref.trainer == draft04.trainer
     assert ref.trainer.precision == "bf16-mixed"
-    # on every answer of the target but the 64 validating ones, for a step budget, stopping early on a plateau
-    assert ref.task.n_train + ref.task.n_val == 7473 and ref.stage.max_steps > 0
+    # on the target's temperature-1 samples (every one kept) to the first 1,024 problems, in batches of 6 (a sampled
+    # answer is longer), for a step budget, stopping early on a plateau
+    for cfg in configs[1:]:
+        assert cfg.task.n_train == 1024 and cfg.distill.answer_temperature == 1 and cfg.distill.answer_seed == 0
+        assert cfg.distill.answer_batch_size == 64 and cfg.distill.keep_unfinished_answers
+    assert paths.of(ref).teacher_cache_dir().name == "target-answers-t1-s0-b64-unfinished-n1024-topk64"
+    assert ref.stage.batch_size == 6 and ref.stage.max_steps > 0
     assert ref.stage.early_stop_patience > 0 and ref.stage.val_every_n_steps > 0
     # the first 540 of 840 steps on the training-time test's first pass: about the time of 480 on all three
     assert (ref.stage.max_steps, ref.distill.ttt_warmup_steps, draft04.distill.ttt_warmup_steps) == (840, 540, 540)
@@ -73,27 +80,29 @@ def test_every_demo_real_command_composes_and_the_stages_hand_on_their_folders()
     assert list(evaluation.eval.target_servings) == ["bfloat16-compiled-w2"]
 
 
-def test_demo_real_on_the_sampled_answers_is_one_variable_away_and_reads_its_own_answers_and_caches():
-    sampled = recipe("demo-real", "HEAD_ANSWERS=$(SAMPLED_ANSWERS)", "HEAD_BATCH=6", "HEAD_STEPS=420", "HEAD_WARMUP=0")
-    greedy = recipe()
-    assert [m for m, _ in sampled] == [m for m, _ in greedy]
-    configs = [checked_config(*o) for m, o in sampled if m != "adaspec.commands.models"]
+def test_demo_real_on_the_greedy_answers_is_one_variable_away_and_reads_its_own_answers_and_caches():
+    greedy = recipe("demo-real", *GREEDY)
+    sampled = recipe()
+    assert [m for m, _ in greedy] == [m for m, _ in sampled]
+    configs = [checked_config(*o) for m, o in greedy if m != "adaspec.commands.models"]
     _, answers, cache, ref, draft04, evaluation = configs
-    for cfg in (answers, cache, ref, draft04, evaluation):  # the temperature-1 samples, every one kept
-        assert cfg.task.n_train == 1024 and cfg.distill.answer_temperature == 1 and cfg.distill.answer_seed == 0
-        assert cfg.distill.answer_batch_size == 64 and cfg.distill.keep_unfinished_answers
-    assert (ref.stage.batch_size, ref.stage.max_steps) == (6, 420) and {**ref.stage, "name": "draft"} == {**draft04.stage}
-    assert paths.of(ref).teacher_cache_dir().name == "target-answers-t1-s0-b64-unfinished-n1024-topk64"
+    for cfg in (answers, cache, ref, draft04, evaluation):  # every problem but the 64 validating ones, greedy
+        assert cfg.task.n_train + cfg.task.n_val == 7473 and cfg.distill.answer_temperature == 0
+    # HEAD_BATCH follows the answers (8 greedy), the command line still wins over it
+    assert (ref.stage.batch_size, ref.stage.max_steps) == (8, 840) and {**ref.stage, "name": "draft"} == {**draft04.stage}
+    assert checked_config(*recipe("demo-real", *GREEDY, "HEAD_BATCH=4")[4][1]).stage.batch_size == 4
+    assert checked_config(*recipe("demo-real", "HEAD_BATCH=4")[4][1]).stage.batch_size == 4
+    assert paths.of(ref).teacher_cache_dir().name == "target-answers-n7409-topk64"
     assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
     assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()
-    greedy_ref = checked_config(*greedy[4][1])  # beside the default's heads and caches, never over them
-    assert paths.of(ref).ref_dir() != paths.of(greedy_ref).ref_dir()
-    assert paths.of(ref).teacher_cache_dir() != paths.of(greedy_ref).teacher_cache_dir()
-    assert paths.of(ref).target_dir() == paths.of(greedy_ref).target_dir()
+    sampled_ref = checked_config(*sampled[4][1])  # beside the default's heads and caches, never over them
+    assert paths.of(ref).ref_dir() != paths.of(sampled_ref).ref_dir()
+    assert paths.of(ref).teacher_cache_dir() != paths.of(sampled_ref).teacher_cache_dir()
+    assert paths.of(ref).target_dir() == paths.of(sampled_ref).target_dir()
 
 
 def test_the_heads_warmed_up_and_not_live_in_folders_of_their_own_on_the_same_caches():
-    warm = [checked_config(*o) for m, o in recipe() if m != "adaspec.commands.models"]
+    warm = [checked_config(*o) for m, o in recipe("demo-real", *GREEDY) if m != "adaspec.commands.models"]
     before = [checked_config(*o) for m, o in recipe("demo-real", *BEFORE_WARMUP) if m != "adaspec.commands.models"]
     _, _, cache, ref, draft04, evaluation = warm
     for cfg in (ref, draft04, evaluation):
@@ -113,7 +122,8 @@ def test_the_independent_recipe_trains_drafts_after_stage0_on_the_same_target_an
     commands = [(m, o) for m, o in recipe("demo-real-independent") if m != "adaspec.commands.models"]
     configs = [checked_config(*overrides) for _, overrides in commands]
     target, _, cache, stage0, ref, draft04, draft1, evaluation = configs
-    heads = {m: checked_config(*o) for m, o in recipe() if m == "adaspec.commands.cache"}["adaspec.commands.cache"]
+    heads = {m: checked_config(*o) for m, o in recipe("demo-real", *GREEDY)
+             if m == "adaspec.commands.cache"}["adaspec.commands.cache"]
     assert stage0.stage.name == "pretrain_draft" and stage0.pretrain.objective == "kd"  # the best of issue 13's
     assert ref.pretrain.objective == "kd"  # so the reference starts from stage 0's draft
     for cfg in (ref, draft04, draft1, evaluation):

@@ -320,7 +320,7 @@ class _Eagle3Session:
         if not drawn:
             return tokens, torch.zeros(0, self.width, device=context.device)
         q = torch.stack([p for _, p in drawn])  # [n, support]: the full vocabulary when there is no id map
-        return tokens, q if self.draft.vocab is None else self.draft.vocab.to(context.device).scatter(q)
+        return tokens, self.draft.to_target_distribution(q)
 
     def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
                      generator: torch.Generator | None) -> Tree:
@@ -339,7 +339,7 @@ class _Eagle3Session:
         def step(pool: Pool, frontier: list[int]) -> Tensor:
             parents = [pool.parents[node] for node in frontier]
             features = torch.stack([root_out if p < 0 else outs[p] for p in parents])[None]
-            ids = self._to_target(torch.tensor([pool.tokens[node] for node in frontier], device=device))[None]
+            ids = self.draft.to_target_ids(torch.tensor([pool.tokens[node] for node in frontier], device=device))[None]
             mask = frontier_mask(pool, frontier, slots, len(self.cache), length).to(device)
             positions = torch.tensor([length - 1 + pool.depths[node] for node in frontier], device=device)
             out, logits = self._run(features, ids, positions=positions, tree_mask=mask)
@@ -347,17 +347,13 @@ class _Eagle3Session:
             return torch.log_softmax(logits[0, :, :support].float() / scale, dim=-1)
 
         root = torch.log_softmax(root_logits[:support].float() / scale, dim=-1)
-        vocab = None if self.draft.vocab is None else self.draft.vocab.to(device)
-        tree = expand(root, step, shape, lambda ids: self._to_target(ids.to(device)), temperature=temperature,
-                      generator=generator, q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
+        tree = expand(root, step, shape, lambda ids: self.draft.to_target_ids(ids.to(device)), temperature=temperature,
+                      generator=generator, q_to_target=self.draft.to_target_distribution)
         self.cache.crop(length)  # only real pairs stay
         return tree
 
     def keep_path(self, path: list[int]) -> None:
         """Nothing: the tree's pairs are gone already; the path's real pairs come from the target's features."""
-
-    def _to_target(self, ids: Tensor) -> Tensor:
-        return ids if self.draft.vocab is None else self.draft.vocab.to(ids.device).to_target(ids)
 
     def matching_run(self, context: Tensor, expected: list[int], limit: int) -> int:
         """How many of the head's greedy proposals after `context` (at most `limit`) equal `expected` in
@@ -373,7 +369,6 @@ class _Eagle3Session:
         `next`: the head steps on its own output only when the next proposal is asked for. The caller crops
         the cache back to the real pairs."""
         support = self.head.config.draft_vocab_size
-        vocab = None if self.draft.vocab is None else self.draft.vocab.to(context.device)
         out, logits = self.catch_up(context, context.shape[0])
         while True:
             logits = logits[:support]
@@ -382,7 +377,7 @@ class _Eagle3Session:
             else:
                 probs = torch.softmax(logits.float() / temperature, dim=-1)
                 token = sample(probs, generator)
-            token = token if vocab is None else vocab.to_target(token)
+            token = self.draft.to_target_ids(token)
             yield token, probs
             # the head goes on from its own output at the previous position
             step_out, step_logits = self._run(out.view(1, 1, -1), token.view(1, 1))

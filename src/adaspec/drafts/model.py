@@ -49,12 +49,6 @@ class ModelDraft(TrainedDraft):
         return cls(load_model(folder, attn_implementation, **kwargs), load_draft_vocab(folder))
 
     # --- what training needs -------------------------------------------------------------------------
-    def to_draft_ids(self, target_ids: Tensor) -> Tensor:
-        return target_ids if self.vocab is None else self.vocab.to(target_ids.device).to_draft(target_ids)
-
-    def to_target_ids(self, draft_ids: Tensor) -> Tensor:
-        return draft_ids if self.vocab is None else self.vocab.to(draft_ids.device).to_target(draft_ids)
-
     def logits(self, input_ids: Tensor, index: Tensor | None = None, **kwargs) -> Tensor:
         """Logits `[B, T, support]` for `input_ids` in target ids (the support: draft ids when reduced). `index`
         (the batch's example indices) is for drafts that read per-example caches; this one reads none."""
@@ -166,7 +160,7 @@ class _ModelSession:
         if not probs:
             return tokens, torch.zeros(0, self.width, device=context.device)
         q = torch.stack(probs)
-        return tokens, q if self.draft.vocab is None else self.draft.vocab.to(q.device).scatter(q)
+        return tokens, self.draft.to_target_distribution(q)
 
     def propose_tree(self, context: Tensor, shape: TreeShape, temperature: float,
                      generator: torch.Generator | None) -> Tree:
@@ -194,9 +188,8 @@ class _ModelSession:
         root = torch.log_softmax(root_logits[: self.support].float() / scale, dim=-1)
         self.pool_of_node: list[int] = []
         self.tree_after = length  # the cache's rows from here on are the tree's until keep_path
-        vocab = None if self.draft.vocab is None else self.draft.vocab.to(device)
         return expand(root, step, shape, self.draft.to_target_ids, chosen=self.pool_of_node, temperature=temperature,
-                      generator=generator, q_to_target=lambda q: q if vocab is None else vocab.scatter(q))
+                      generator=generator, q_to_target=self.draft.to_target_distribution)
 
     def keep_path(self, path: list[int]) -> None:
         """Keep the cached rows of the path's nodes that were read (a prefix of it), right after the context."""

@@ -61,6 +61,16 @@ class TrainedDraft(Draft):
         """[N] divergence of the answer tokens (`mask` [B, T-1]) of `batch`: `divergence` of their logits
         `[N, support]` (the teacher's, adaspec.distill.draft_divergence); `passes`: distill.ttt_passes."""
 
+    def to_draft_ids(self, target_ids: Tensor) -> Tensor:
+        return target_ids if self.vocab is None else self.vocab.to(target_ids.device).to_draft(target_ids)
+
+    def to_target_ids(self, draft_ids: Tensor) -> Tensor:
+        return draft_ids if self.vocab is None else self.vocab.to(draft_ids.device).to_target(draft_ids)
+
+    def to_target_distribution(self, q: Tensor) -> Tensor:
+        """Distributions `[..., support]` over the draft's ids as ones over the target's (zero where it has none)."""
+        return q if self.vocab is None else self.vocab.to(q.device).scatter(q)
+
     def save_vocab(self, folder: Path) -> None:
         if self.vocab is not None:
             self.vocab.save(folder)
