@@ -73,8 +73,8 @@ demo: install
 # that buys the most acceptance per CPU-hour here, an EAGLE-3 head (docs/eagle3.md): the
 # target's own answers, sampled at temperature 1, to the first 1,024 training problems and the 64 that validate
 # (HEAD_ANSWERS, below; one-off: adopted from the parts committed under experiments/results/ when they name this
-# target, else generated, resumable), the top-64 teacher cache on them and the cache of the target's hidden states (one-off), the reference
-# head (DistillSpec) and the
+# target, else generated, resumable), the top-64 teacher cache on them and the cache of the target's hidden states
+# (one-off), the reference head (DistillSpec) and the
 # AdaSPEC k=0.4 head (HEAD_STEPS optimiser steps of HEAD_BATCH sequences each, the most that fit the demo's budget
 # here: small batches buy the head its steps for about the same compute, experiments/results/smollm2/head-batch;
 # the first HEAD_WARMUP of them on the first of EAGLE-3's three training-time-test passes, a third of a step's cost,
