@@ -107,7 +107,8 @@ TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
 # of issue 46's goals in three head seeds (greedy alpha 0.753 / 0.752 / 0.758; temperature 1, the first child drawn:
 # 0.505 / 0.510 / 0.501), heads on the greedy answers the greedy one only (0.770; 0.461). Their one-off answers and
 # caches cost about 13 minutes instead of 50 (experiments/smollm2/README.md, "The default head: sampled answers").
-# A sampled step costs 1.3-1.4x a greedy one (longer answers), so HEAD_BATCH follows the answers: 6 sampled, 8 greedy.
+# A sampled step costs 1.3-1.4x a greedy one (longer answers), so HEAD_BATCH follows the answers: 6 where HEAD_ANSWERS
+# sets distill.answer_temperature to anything but 0, else 8.
 GREEDY_ANSWERS := task.n_train=7409
 SAMPLED_ANSWERS := task.n_train=1024 distill.answer_temperature=1 distill.answer_seed=0 distill.answer_batch_size=64 \
 	distill.keep_unfinished_answers=true
@@ -122,7 +123,8 @@ HEAD_ANSWERS ?= $(SAMPLED_ANSWERS)
 HEAD_WARMUP ?= 540
 HEAD := pretrain=none model.draft_kind=eagle3 distill.ttt_passes=3
 EAGLE3 ?= $(HEAD) distill.ttt_warmup_steps=$(HEAD_WARMUP) $(HEAD_ANSWERS)
-HEAD_BATCH ?= $(if $(findstring answer_temperature,$(HEAD_ANSWERS)),6,8)
+SAMPLED_ANSWERS_IN = $(filter-out %=0 %=0.0,$(filter distill.answer_temperature=%,$(HEAD_ANSWERS)))
+HEAD_BATCH ?= $(if $(SAMPLED_ANSWERS_IN),6,8)
 HEAD_STEPS ?= 840
 HEAD_VAL_EVERY ?= 80
 HEAD_STAGE := resume=true stage.batch_size=$(HEAD_BATCH) stage.max_steps=$(HEAD_STEPS) \

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from adaspec.artefacts import paths
-from adaspec.commands.bench_real import main, named_drafts, speedup_interval
+from adaspec.commands.bench_real import alpha_interval, main, named_drafts, speedup_interval
 from adaspec.decoding.stats import GenerationResult
 from adaspec.errors import UserError
 from tests.conftest import TINY
@@ -48,6 +48,11 @@ def test_speed_ups_are_against_the_fastest_target_only_configuration(tiny_traine
         assert row["speedup_vs_target"] <= row["speedup_vs_same_serving"]
         low, high = row["speedup_vs_target_95"]  # two prompts: the interval spans their two ratios
         assert low <= row["speedup_vs_target"] <= high
+        accepted, rejected = sum(row["accepted_by_prompt"]), sum(row["rejected_by_prompt"])
+        assert len(row["accepted_by_prompt"]) == len(row["rejected_by_prompt"]) == 2
+        assert row["alpha"] == pytest.approx(accepted / (accepted + rejected))  # the counts are the row's alpha's
+        low, high = row["alpha_95"]
+        assert low <= row["alpha"] <= high
         assert len(row["greedy_mismatch_details"]) == row["greedy_mismatches"] == 0
 
 
@@ -98,6 +103,19 @@ def test_the_speed_up_interval_resamples_prompts_in_pairs():
     overall = sum(s for s in [1.0, 3.0, 0.5, 2.0, 1.5, 4.0]) / sum([0.5, 1.5, 0.25, 1.0, 0.75, 8.0])
     assert low < overall < high and high == pytest.approx(2.0) and low < 1.0
     assert speedup_interval(one_slow, target) == [low, high]  # seeded: the same interval every time
+
+
+def test_the_alpha_interval_pools_each_resample_of_prompts():
+    """Prompts of one alpha give the interval [alpha, alpha] however many tokens each judged; a prompt whose every
+    block is rejected widens it below the pooled alpha, but little: resamples pool their blocks (a mean of
+    per-prompt alphas, the negative control, puts the lower end at 0.375)."""
+    assert alpha_interval([3, 30, 6, 12], [1, 10, 2, 4]) == pytest.approx([0.75, 0.75])
+    accepted, rejected = [30, 30, 30, 30, 30, 0], [10, 10, 10, 10, 10, 5]
+    low, high = alpha_interval(accepted, rejected)
+    pooled = sum(accepted) / (sum(accepted) + sum(rejected))
+    assert low < pooled < high == pytest.approx(0.75)
+    assert low > 0.6  # the rejected prompt judged 5 tokens of 205: pooled, it cannot pull a resample far
+    assert alpha_interval(accepted, rejected) == [low, high]  # seeded
 
 
 def test_tree_and_hybrid_rows_are_benched_beside_the_chains(tiny_trained, tmp_path):

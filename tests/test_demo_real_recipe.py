@@ -92,6 +92,9 @@ def test_demo_real_on_the_greedy_answers_is_one_variable_away_and_reads_its_own_
     assert (ref.stage.batch_size, ref.stage.max_steps) == (8, 840) and {**ref.stage, "name": "draft"} == {**draft04.stage}
     assert checked_config(*recipe("demo-real", *GREEDY, "HEAD_BATCH=4")[4][1]).stage.batch_size == 4
     assert checked_config(*recipe("demo-real", "HEAD_BATCH=4")[4][1]).stage.batch_size == 4
+    # greedy answers named by their temperature are greedy too (a search for the key alone made them 6)
+    explicit = recipe("demo-real", "HEAD_ANSWERS=task.n_train=7409 distill.answer_temperature=0")
+    assert checked_config(*explicit[4][1]).stage.batch_size == 8
     assert paths.of(ref).teacher_cache_dir().name == "target-answers-n7409-topk64"
     assert paths.of(draft04).ref_dir() == paths.of(ref).ref_dir() == paths.of(evaluation).ref_dir()
     assert paths.of(evaluation).draft_dir(0.4) == paths.of(draft04).draft_dir()

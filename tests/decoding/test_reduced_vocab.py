@@ -3,6 +3,8 @@ and sampled output is distributed as the target's."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -75,6 +77,16 @@ def test_a_map_of_every_token_changes_nothing(target, prompts):
         expected = speculative_generate(target, ModelDraft(full_draft), x, **kwargs)
         got = speculative_generate(target, ModelDraft(draft, vocab), x, **kwargs)
         assert (got.tokens, got.blocks) == (expected.tokens, expected.blocks)
+
+
+def test_moving_a_draft_moves_its_map_once(reduced):
+    """`Draft.to` carries the id map with the weights, so drafting maps tokens where they are instead of copying
+    the map to their device at every token (the meta device stands in for an accelerator)."""
+    draft, vocab = reduced
+    moved = ModelDraft(copy.deepcopy(draft), vocab).to("meta")
+    assert moved.vocab.draft_to_target.device.type == next(moved.model.parameters()).device.type == "meta"
+    assert vocab.draft_to_target.device.type == "cpu"  # the caller's map is not moved under it
+    assert moved.vocab.to("meta") is moved.vocab  # what each drafted token's mapping asks: no copy
 
 
 def test_reduced_draft_needs_its_map(target, prompts, reduced):

@@ -29,7 +29,9 @@ figure includes. Greedy rows count the prompts whose output differs from target-
 configuration (`greedy_mismatches`) and describe each (`greedy_mismatch_details`: position, the two tokens,
 the target's logit margin between them; `adaspec.decoding.exactness`). `speedup_vs_target_95` is the
 spread of that speed-up over the prompts: a 95 % bootstrap interval, each resample drawing the same prompts for
-the draft and the fastest target-only runs.
+the draft and the fastest target-only runs. `alpha_95` is alpha's 95 % bootstrap interval over the prompts (each
+resample pools its prompts' blocks as alpha does), from `accepted_by_prompt` and `rejected_by_prompt` (per prompt:
+accepted draft tokens, blocks with a rejection), which the row keeps so that rows can be pooled later.
 
 HF assisted generation (constant schedule, confidence threshold off) runs beside ours at every fixed gamma
 when HF can run the draft, on the same model in the same dtype (eager: HF's assisted generation takes
@@ -94,14 +96,36 @@ def tokens_per_s(results) -> float:
     return sum(len(r.tokens) for r in results) / sum(r.wall_time_s for r in results)
 
 
+def bootstrap_95(n: int, statistic, resamples: int = 2000, seed: int = 0) -> list[float]:
+    """95 % percentile-bootstrap interval of `statistic(picks)` over `resamples` draws of n prompt indices with
+    replacement (seeded: the same interval every time)."""
+    draw = random.Random(seed)
+    values = sorted(statistic([draw.randrange(n) for _ in range(n)]) for _ in range(resamples))
+    return [values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]]
+
+
 def speedup_interval(results, baseline, resamples: int = 2000, seed: int = 0) -> list[float]:
     """95 % percentile-bootstrap interval of tokens_per_s(results) / tokens_per_s(baseline) over the prompts,
     resampled in pairs (prompt i of both lists, timed side by side): how much the ratio rests on a few prompts."""
-    draw = random.Random(seed)
-    n = len(results)
-    ratios = sorted(tokens_per_s([results[i] for i in picks]) / tokens_per_s([baseline[i] for i in picks])
-                    for picks in ([draw.randrange(n) for _ in range(n)] for _ in range(resamples)))
-    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
+    return bootstrap_95(len(results), lambda picks: tokens_per_s([results[i] for i in picks])
+                        / tokens_per_s([baseline[i] for i in picks]), resamples, seed)
+
+
+def judged_by_prompt(results) -> tuple[list[int], list[int]]:
+    """Per prompt, the accepted draft tokens and the blocks with a rejection: alpha's numerator and the rest of
+    its denominator (`adaspec.decoding.stats.aggregate`)."""
+    return ([sum(b.accepted for b in r.blocks) for r in results],
+            [sum(b.first_reject is not None for b in r.blocks) for r in results])
+
+
+def alpha_interval(accepted: list[int], rejected: list[int], resamples: int = 2000, seed: int = 0) -> list[float]:
+    """95 % percentile-bootstrap interval of alpha (pooled over the prompts, as the row's) over the prompts: how
+    much of an alpha is the prompts drawn rather than the draft."""
+    def alpha(picks: list[int]) -> float:
+        good = sum(accepted[i] for i in picks)
+        judged = good + sum(rejected[i] for i in picks)
+        return good / judged if judged else math.nan
+    return bootstrap_95(len(accepted), alpha, resamples, seed)
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
@@ -163,6 +187,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             verify_s = costs["target_verify_s"].get(round(gamma), costs["target_1_s"])
             expected = expected_speedup(stats["alpha"], gamma, draft_s, verify_s, costs["target_1_s"])
         rate = tokens_per_s(results)
+        accepted, rejected = judged_by_prompt(results)
         hf_row = {}
         if entry_name in m.hf_assisted:
             hf = m.hf_assisted[entry_name]
@@ -173,7 +198,9 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
             **hf_row,
             "temperature": temperature, "draft": draft_name, "policy": policy, "mean_gamma": gamma,
             "draft_temperature": draft_temperature[entry_name],
-            "alpha": stats["alpha"], "accept_rate": stats["accept_rate"], "tau": stats["tau"],
+            "alpha": stats["alpha"], "alpha_95": alpha_interval(accepted, rejected),
+            "accepted_by_prompt": accepted, "rejected_by_prompt": rejected,
+            "accept_rate": stats["accept_rate"], "tau": stats["tau"],
             "acceptance_length": stats["acceptance_length"],
             "accept_at_depth": [None if math.isnan(v) else v  # None: no block reached that depth
                                 for v in (stats[f"accept_at_depth/{i}"] for i in range(1, 9))],
@@ -438,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                            vllm_runs=vllm if temperature == 0 else None,
                                            draft_temperatures=args.draft_temperatures)
         write_json_atomically(out, payload, sort_keys=True)
-    columns = ["temperature", "draft", "policy", "alpha", "tau", "tokens_per_s", "target_only/tokens_per_s",
+    columns = ["temperature", "draft", "policy", "alpha", "alpha_95", "tau", "tokens_per_s", "target_only/tokens_per_s",
                "speedup_vs_target", "speedup_vs_target_95", "speedup_vs_same_serving", "expected_speedup",
                "share_of_expected", "greedy_mismatches", "speedup_vs_hf_assisted"]
     print(markdown_table(columns, [[r.get(c) for c in columns] for r in payload["rows"]], cell=_cell))

@@ -231,14 +231,6 @@ class Eagle3Draft(TrainedDraft):
                 "target_layers": self.target_layers,
                 "draft_vocab_size": None if self.vocab is None else self.vocab.size}
 
-    def to(self, device: torch.device | str) -> Eagle3Draft:
-        self.model.to(device)
-        return self
-
-    def eval(self) -> Eagle3Draft:
-        self.model.eval()
-        return self
-
 
 class _Eagle3Session:
     """The target's features of the context positions it has read (`features [F, 3H]`) and the head's KV

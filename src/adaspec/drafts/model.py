@@ -120,14 +120,6 @@ class ModelDraft(TrainedDraft):
         return {"kind": self.kind, "parameters": sum(p.numel() for p in self.model.parameters()),
                 "draft_vocab_size": None if self.vocab is None else self.vocab.size}
 
-    def to(self, device: torch.device | str) -> ModelDraft:
-        self.model.to(device)
-        return self
-
-    def eval(self) -> ModelDraft:
-        self.model.eval()
-        return self
-
 
 class _ModelSession:
     """One generation's KV cache. It holds the context but the tokens the draft has not read yet: the last

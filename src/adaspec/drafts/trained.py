@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 from transformers import PretrainedConfig, PreTrainedModel
@@ -60,6 +61,17 @@ class TrainedDraft(Draft):
                           passes: int = 1) -> Tensor:
         """[N] divergence of the answer tokens (`mask` [B, T-1]) of `batch`: `divergence` of their logits
         `[N, support]` (the teacher's, adaspec.distill.draft_divergence); `passes`: distill.ttt_passes."""
+
+    def to(self, device: torch.device | str) -> TrainedDraft:
+        """The weights and the id map on `device`: the map moves once here, not once per drafted token."""
+        self.model.to(device)
+        if self.vocab is not None:
+            self.vocab = self.vocab.to(device)
+        return self
+
+    def eval(self) -> TrainedDraft:
+        self.model.eval()
+        return self
 
     def to_draft_ids(self, target_ids: Tensor) -> Tensor:
         return target_ids if self.vocab is None else self.vocab.to(target_ids.device).to_draft(target_ids)

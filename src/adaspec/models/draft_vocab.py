@@ -65,7 +65,10 @@ class DraftVocab:
     def to(self, device: torch.device | str) -> DraftVocab:
         if self.draft_to_target.device == torch.device(device):
             return self
-        return DraftVocab(self.draft_to_target.to(device), self.target_size, self.fallback_target_id)
+        moved = copy.copy(self)  # checked when it was made: moving it reads nothing back from the device
+        object.__setattr__(moved, "draft_to_target", self.draft_to_target.to(device))
+        object.__setattr__(moved, "target_to_draft", self.target_to_draft.to(device))
+        return moved
 
     def contains(self, target_ids: Tensor) -> Tensor:
         return self.target_to_draft[target_ids] >= 0

@@ -1,0 +1,63 @@
+"""experiments/smollm2/alpha_over_seeds.py: one bench-real row of several runs, its alpha per run and pooled prompt by
+prompt; it picks the trained draft's row, not prompt lookup's of the same policy, and refuses rows it cannot pool."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "experiments" / "smollm2" / "alpha_over_seeds.py"
+POLICY = "tree-k4-d3-n12+lookup8+sample"
+
+
+def bench(path: Path, accepted: list[int], rejected: list[int], lookup_alpha: float = 0.2) -> Path:
+    rows = [{"temperature": 1.0, "policy": POLICY, "draft": "head seed 0", "accepted_by_prompt": accepted,
+             "rejected_by_prompt": rejected, "alpha": sum(accepted) / (sum(accepted) + sum(rejected))},
+            {"temperature": 1.0, "policy": POLICY, "draft": "prompt_lookup", "accepted_by_prompt": [1] * len(accepted),
+             "rejected_by_prompt": [4] * len(accepted), "alpha": lookup_alpha},
+            {"temperature": 0.0, "policy": POLICY, "draft": "head seed 0", "accepted_by_prompt": [9] * len(accepted),
+             "rejected_by_prompt": [1] * len(accepted), "alpha": 0.9}]
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--policy", POLICY, "--temperature", "1", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+def table(done: subprocess.CompletedProcess) -> list[list[str]]:
+    assert done.returncode == 0, done.stderr
+    return [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()[2:]]
+
+
+def test_runs_are_pooled_prompt_by_prompt(tmp_path):
+    a = bench(tmp_path / "a.json", [6, 2, 4], [2, 2, 4])  # 12 / 20 = 0.6
+    b = bench(tmp_path / "b.json", [0, 4, 2], [2, 2, 0])  # 6 / 10 = 0.6, from other prompts
+    rows = table(run(a, b, "--draft-prefix", "head"))
+    assert [r[0] for r in rows] == ["a", "b", "pooled over 2"]
+    assert [float(r[2]) for r in rows] == pytest.approx([0.6, 0.6, 0.6], abs=5e-4)
+    low, high = map(float, rows[1][3:5])
+    pooled_low, pooled_high = map(float, rows[2][3:5])
+    assert low < 0.6 < high  # the prompts differ within a run ...
+    # ... and summed prompt by prompt they are alike (6 of 10 each): resampling each run's prompts on their own would
+    # still spread it
+    assert pooled_low == pooled_high == pytest.approx(0.6, abs=5e-4)
+
+
+def test_the_row_is_the_trained_drafts_and_unpoolable_rows_are_refused(tmp_path):
+    a = bench(tmp_path / "a.json", [6, 2, 4], [2, 2, 4])
+    ambiguous = run(a)  # prompt lookup has a row of the same policy and temperature
+    assert ambiguous.returncode != 0 and "2 rows" in ambiguous.stderr and "--draft-prefix" in ambiguous.stderr
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"rows": [{"temperature": 1.0, "policy": POLICY, "draft": "head", "alpha": 0.5}]}))
+    refused = run(old, "--draft-prefix", "head")
+    assert refused.returncode != 0 and "accepted_by_prompt" in refused.stderr and "old.json" in refused.stderr
+    shorter = bench(tmp_path / "shorter.json", [6, 2], [2, 2])
+    assert "different numbers of prompts" in run(a, shorter, "--draft-prefix", "head").stderr
