@@ -1,5 +1,6 @@
-"""experiments/smollm2/alpha_over_seeds.py: one bench-real row of several runs, its alpha per run and pooled prompt by
-prompt; it picks the trained draft's row, not prompt lookup's of the same policy, and refuses rows it cannot pool."""
+"""experiments/smollm2/alpha_over_seeds.py: one bench-real row of several head seeds, its alpha per seed and pooled
+prompt by prompt; it takes the trained drafts' rows, not prompt lookup's of the same policy, and refuses rows it cannot
+pool."""
 
 from __future__ import annotations
 
@@ -16,13 +17,17 @@ SCRIPT = REPO / "experiments" / "smollm2" / "alpha_over_seeds.py"
 POLICY = "tree-k4-d3-n12+lookup8+sample"
 
 
-def bench(path: Path, accepted: list[int], rejected: list[int], lookup_alpha: float = 0.2) -> Path:
-    rows = [{"temperature": 1.0, "policy": POLICY, "draft": "head seed 0", "accepted_by_prompt": accepted,
-             "rejected_by_prompt": rejected, "alpha": sum(accepted) / (sum(accepted) + sum(rejected))},
-            {"temperature": 1.0, "policy": POLICY, "draft": "prompt_lookup", "accepted_by_prompt": [1] * len(accepted),
-             "rejected_by_prompt": [4] * len(accepted), "alpha": lookup_alpha},
-            {"temperature": 0.0, "policy": POLICY, "draft": "head seed 0", "accepted_by_prompt": [9] * len(accepted),
-             "rejected_by_prompt": [1] * len(accepted), "alpha": 0.9}]
+def head_row(seed: int, accepted: list[int], rejected: list[int]) -> dict:
+    return {"temperature": 1.0, "policy": POLICY, "draft": f"head seed {seed}", "accepted_by_prompt": accepted,
+            "rejected_by_prompt": rejected, "alpha": sum(accepted) / (sum(accepted) + sum(rejected))}
+
+
+def bench(path: Path, *heads: dict) -> Path:
+    n = len(heads[0]["accepted_by_prompt"])
+    rows = [*heads,
+            {"temperature": 1.0, "policy": POLICY, "draft": "prompt_lookup", "accepted_by_prompt": [1] * n,
+             "rejected_by_prompt": [4] * n, "alpha": 0.2},
+            {**heads[0], "temperature": 0.0, "accepted_by_prompt": [9] * n, "rejected_by_prompt": [1] * n}]
     path.write_text(json.dumps({"rows": rows}))
     return path
 
@@ -37,27 +42,32 @@ def table(done: subprocess.CompletedProcess) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()[2:]]
 
 
-def test_runs_are_pooled_prompt_by_prompt(tmp_path):
-    a = bench(tmp_path / "a.json", [6, 2, 4], [2, 2, 4])  # 12 / 20 = 0.6
-    b = bench(tmp_path / "b.json", [0, 4, 2], [2, 2, 0])  # 6 / 10 = 0.6, from other prompts
+def test_seeds_are_pooled_prompt_by_prompt(tmp_path):
+    a = bench(tmp_path / "a.json", head_row(0, [6, 2, 4], [2, 2, 4]))  # 12 / 20 = 0.6
+    b = bench(tmp_path / "b.json", head_row(1, [0, 4, 2], [2, 2, 0]))  # 6 / 10 = 0.6, from other prompts
     rows = table(run(a, b, "--draft-prefix", "head"))
-    assert [r[0] for r in rows] == ["a", "b", "pooled over 2"]
+    assert [r[0] for r in rows] == ["a: head seed 0", "b: head seed 1", "pooled over 2"]
     assert [float(r[2]) for r in rows] == pytest.approx([0.6, 0.6, 0.6], abs=5e-4)
     low, high = map(float, rows[1][3:5])
     pooled_low, pooled_high = map(float, rows[2][3:5])
-    assert low < 0.6 < high  # the prompts differ within a run ...
-    # ... and summed prompt by prompt they are alike (6 of 10 each): resampling each run's prompts on their own would
+    assert low < 0.6 < high  # the prompts differ within a seed ...
+    # ... and summed prompt by prompt they are alike (6 of 10 each): resampling each seed's prompts on their own would
     # still spread it
     assert pooled_low == pooled_high == pytest.approx(0.6, abs=5e-4)
+    # several seeds' drafts of one run are the same as runs of their own; prompt lookup's row is never taken
+    one_run = bench(tmp_path / "one.json", head_row(0, [6, 2, 4], [2, 2, 4]), head_row(1, [0, 4, 2], [2, 2, 0]))
+    rows = table(run(one_run, "--draft-prefix", "head"))
+    assert [r[0] for r in rows] == ["one: head seed 0", "one: head seed 1", "pooled over 2"]
+    assert [float(c) for c in rows[2][2:5]] == pytest.approx([0.6, 0.6, 0.6], abs=5e-4)
 
 
-def test_the_row_is_the_trained_drafts_and_unpoolable_rows_are_refused(tmp_path):
-    a = bench(tmp_path / "a.json", [6, 2, 4], [2, 2, 4])
-    ambiguous = run(a)  # prompt lookup has a row of the same policy and temperature
-    assert ambiguous.returncode != 0 and "2 rows" in ambiguous.stderr and "--draft-prefix" in ambiguous.stderr
+def test_rows_that_cannot_be_pooled_are_refused(tmp_path):
+    a = bench(tmp_path / "a.json", head_row(0, [6, 2, 4], [2, 2, 4]))
+    none = run(a, "--draft-prefix", "independent")
+    assert none.returncode != 0 and "no row of policy" in none.stderr and "a.json" in none.stderr
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"rows": [{"temperature": 1.0, "policy": POLICY, "draft": "head", "alpha": 0.5}]}))
     refused = run(old, "--draft-prefix", "head")
     assert refused.returncode != 0 and "accepted_by_prompt" in refused.stderr and "old.json" in refused.stderr
-    shorter = bench(tmp_path / "shorter.json", [6, 2], [2, 2])
+    shorter = bench(tmp_path / "shorter.json", head_row(1, [6, 2], [2, 2]))
     assert "different numbers of prompts" in run(a, shorter, "--draft-prefix", "head").stderr

@@ -1,13 +1,13 @@
-"""One row of several bench-real runs (a head seed each, the same prompts), its alpha per run and pooled over runs,
-each with a 95 % bootstrap interval over the prompts.
+"""One bench-real row of several head seeds (a run each, or several drafts of one run, on the same prompts): its alpha
+per seed and pooled over them, each with a 95 % bootstrap interval over the prompts.
 
     .venv/bin/python experiments/smollm2/alpha_over_seeds.py --policy tree-k4-d3-n12+lookup8+sample --temperature 1 \
-        bench/results/smollm2-demo-real-sampled-seed{0,1,2}-t1-alpha.json [--draft-prefix "sampled answers"]
+        --draft-prefix "head seed" bench/results/smollm2-demo-real-sampled-seeds-t1-p40.json [more runs ...]
 
-Picks, in each file, the one row of `--temperature` and `--policy` whose draft starts with `--draft-prefix` (the
-trained draft, not prompt lookup's rows of the same policy). Pooled: the runs' counts summed prompt by prompt, and
-the prompts resampled as a whole (a resample draws prompt i for every run at once): the runs share their prompts, so
-the prompts, not the runs, are the independent draws. Needs rows with `accepted_by_prompt` (bench-real from
+Takes, from every file, each row of `--temperature` and `--policy` whose draft starts with `--draft-prefix` (the
+trained drafts, not prompt lookup's rows of the same policy). Pooled: the seeds' counts summed prompt by prompt, and
+the prompts resampled as a whole (a resample draws prompt i for every seed at once): the seeds share their prompts,
+so the prompts, not the seeds, are the independent draws. Needs rows with `accepted_by_prompt` (bench-real from
 2026-12-07 on). Prints a markdown table.
 """
 
@@ -21,15 +21,16 @@ from pathlib import Path
 from adaspec.commands.bench_real import alpha_interval
 
 
-def pick_row(path: Path, policy: str, temperature: float, draft_prefix: str) -> dict:
+def pick_rows(path: Path, policy: str, temperature: float, draft_prefix: str) -> list[tuple[str, dict]]:
+    """(a name, the row) of each row of `path` that the options pick; exits with one line where none is usable."""
     rows = [r for r in json.loads(path.read_text())["rows"] if r.get("policy") == policy
             and r.get("temperature") == temperature and str(r.get("draft")).startswith(draft_prefix)]
-    if len(rows) != 1:
-        sys.exit(f"{path}: {len(rows)} rows of policy {policy!r} at temperature {temperature:g} whose draft starts with "
-                 f"{draft_prefix!r}; give --policy / --draft-prefix that pick one")
-    if "accepted_by_prompt" not in rows[0]:
+    if not rows:
+        sys.exit(f"{path}: no row of policy {policy!r} at temperature {temperature:g} whose draft starts with "
+                 f"{draft_prefix!r}")
+    if any("accepted_by_prompt" not in r for r in rows):
         sys.exit(f"{path}: its rows have no per-prompt counts (accepted_by_prompt); rerun its bench-real command")
-    return rows[0]
+    return [(f"{path.stem}: {r['draft']}", r) for r in rows]
 
 
 def pooled(rows: list[dict]) -> tuple[list[int], list[int]]:
@@ -45,13 +46,14 @@ def main(argv: list[str] | None = None) -> list[list]:
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--policy", required=True)
     parser.add_argument("--temperature", type=float, required=True)
-    parser.add_argument("--draft-prefix", default="")
+    parser.add_argument("--draft-prefix", required=True, help="the trained drafts' names start with it")
     args = parser.parse_args(argv)
-    rows = [pick_row(f, args.policy, args.temperature, args.draft_prefix) for f in args.files]
+    picked = [pick for f in args.files for pick in pick_rows(f, args.policy, args.temperature, args.draft_prefix)]
+    rows = [row for _, row in picked]
     table = []
-    for path, row in zip(args.files, rows, strict=True):
+    for name, row in picked:
         low, high = alpha_interval(row["accepted_by_prompt"], row["rejected_by_prompt"])
-        table.append([path.stem, len(row["accepted_by_prompt"]), row["alpha"], low, high])
+        table.append([name, len(row["accepted_by_prompt"]), row["alpha"], low, high])
     accepted, rejected = pooled(rows)
     low, high = alpha_interval(accepted, rejected)
     table.append([f"pooled over {len(rows)}", len(accepted), sum(accepted) / (sum(accepted) + sum(rejected)), low, high])
