@@ -124,12 +124,14 @@ def test_tree_and_hybrid_rows_are_benched_beside_the_chains(tiny_trained, tmp_pa
     cfg = tiny_trained()
     reference = paths.final(paths.of(cfg).ref_dir())
     payload = main(["--prompts", "2", "--max-new-tokens", "10", "--gammas", "2", "--temperatures", "0,1",
-                    "--no-adaptive", "--trees", "k2-d3-n6,k2-d3-n6+lookup", "--threads", "1", "--out", str(tmp_path),
-                    "--draft", str(reference), *TINY, f"paths.root={cfg.paths.root}"])
+                    "--no-adaptive", "--trees", "k2-d3-n6,k2-d3-n6+lookup,k2-d3-n6+sample", "--threads", "1",
+                    "--out", str(tmp_path), "--draft", str(reference), *TINY, f"paths.root={cfg.paths.root}"])
     policies = {(r["temperature"], r["draft"], r["policy"]) for r in payload["rows"]}
+    # prompt lookup has nothing to draw: its `+sample` row would be its plain one again
     assert policies == {(t, d, p) for t in (0.0, 1.0) for d in ("trained", "prompt_lookup")
-                        for p in ("fixed-2", "tree-k2-d3-n6", "tree-k2-d3-n6+lookup")}
-    assert set(payload["costs"]["tree_verify_s"]) == {"tree-k2-d3-n6", "tree-k2-d3-n6+lookup"}
+                        for p in ("fixed-2", "tree-k2-d3-n6", "tree-k2-d3-n6+lookup", "tree-k2-d3-n6+sample")
+                        if (d, p) != ("prompt_lookup", "tree-k2-d3-n6+sample")}
+    assert set(payload["costs"]["tree_verify_s"]) == {"tree-k2-d3-n6", "tree-k2-d3-n6+lookup", "tree-k2-d3-n6+sample"}
     assert {"cpu", "amx"} <= set(payload["machine"])
     for row in payload["rows"]:
         assert row["greedy_mismatches"] in (0, None)

@@ -13,7 +13,7 @@ from adaspec.decoding.tree_shape import monitor_tree
 from adaspec.drafts.hybrid import HybridDraft
 from adaspec.drafts.model import ModelDraft
 from adaspec.drafts.prompt_lookup import PromptLookupDraft
-from adaspec.evaluation.tree_choice import CHAIN, choose_tree
+from adaspec.evaluation.tree_choice import CHAIN, candidates_for, choose_tree
 from tests.decoding.conftest import noisy_copy, tiny_model
 from tests.decoding.test_tree import prompts
 
@@ -65,6 +65,14 @@ def test_each_candidate_carries_the_tau_real_decoding_gets_and_the_best_one_wins
     best = max(candidates, key=lambda n: candidates[n]["expected_speedup"])
     assert table["chosen"] == best and table["prompts"] == 3
     assert shape == (None if best == CHAIN else TreeShape.parse(best))
+
+
+def test_a_drawn_first_child_is_a_candidate_only_for_drafts_that_draw(model_draft):
+    """`+sample` draws the root's first child from the draft's distribution; prompt lookup has none, so for it the
+    shape would be its plain one again (and a hybrid draws as the draft inside it does)."""
+    shapes = [TreeShape(2, 3, 6), TreeShape(2, 3, 6, sample_first=True)]
+    assert candidates_for(model_draft, shapes) == candidates_for(HybridDraft(model_draft), shapes) == shapes
+    assert candidates_for(PromptLookupDraft(), shapes) == shapes[:1]
 
 
 def test_at_temperature_1_each_candidate_carries_the_tau_sampled_decoding_gets(target, model_draft):

@@ -71,6 +71,9 @@ class Draft(ABC):
     kind: str  # "model", "prompt_lookup", ...
     proposes_trees: bool = False  # its sessions are `TreeSession`s (decode.tree)
     takes_lookup_branch: bool = True  # decode.tree.lookup may graft prompt lookup's chain onto its trees
+    # at temperature > 0 it proposes from a distribution it can draw from (a tree's `+sample`); prompt lookup's
+    # proposals are fixed, so `+sample` changes nothing for it
+    draws_proposals: bool = True
     # indices into the target's `hidden_states` the draft reads (`TargetReadingSession`); none for most
     target_layers: list[int] = []
 

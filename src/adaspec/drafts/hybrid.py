@@ -29,7 +29,7 @@ class HybridDraft(Draft):
         if not draft.proposes_trees:
             raise ValueError(f"decode.tree.lookup: a {draft.kind} draft cannot rank alternatives")
         self.draft, self.lookup = draft, lookup or PromptLookupDraft()
-        self.target_layers = draft.target_layers
+        self.target_layers, self.draws_proposals = draft.target_layers, draft.draws_proposals
 
     def verify_width(self, target_vocab_size: int) -> int:
         return self.draft.verify_width(target_vocab_size)

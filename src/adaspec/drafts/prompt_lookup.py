@@ -65,6 +65,7 @@ class PromptLookupDraft(Draft):
     kind = "prompt_lookup"
     proposes_trees = True
     takes_lookup_branch = False  # its trees are lookups already: it would graft itself
+    draws_proposals = False  # its proposals are the context's own tokens
 
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1):
         if not 1 <= min_ngram_size <= max_ngram_size:
