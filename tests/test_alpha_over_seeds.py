@@ -71,3 +71,17 @@ def test_rows_that_cannot_be_pooled_are_refused(tmp_path):
     assert refused.returncode != 0 and "accepted_by_prompt" in refused.stderr and "old.json" in refused.stderr
     shorter = bench(tmp_path / "shorter.json", head_row(1, [6, 2], [2, 2]))
     assert "different numbers of prompts" in run(a, shorter, "--draft-prefix", "head").stderr
+
+
+BENCH_SEEDS = REPO / "experiments" / "smollm2" / "bench_head_seeds.sh"
+
+
+def test_bench_head_seeds_names_a_missing_head_and_the_command_that_trains_it(tmp_path):
+    """Run where no head was trained (an empty folder for the repository root), it stops before bench-real with one
+    line naming the missing folder's seed and the training command; an unknown kind of run gets the usage."""
+    missing = subprocess.run(["bash", str(BENCH_SEEDS), "greedy"], cwd=tmp_path, capture_output=True, text=True)
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    assert "seed0/draft-k0.4-eagle3-warm540" in missing.stderr and "make demo-real ARGS=seed=0" in missing.stderr
+    assert not (tmp_path / "experiments").exists()  # nothing written
+    usage = subprocess.run(["bash", str(BENCH_SEEDS), "t2"], cwd=tmp_path, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
