@@ -104,10 +104,10 @@ TARGET_AS_IS := stage=target stage.max_steps=0 $(REAL)
 # its samples at temperature 1 (seed 0, drawn in batches of 64, committed parts) to the first 1,024 problems, every
 # one kept, the unfinished cut at 256 tokens; or GREEDY_ANSWERS, the default before: its greedy answers to every
 # problem but the 64 that validate (7,409). Served as the hybrid k4-d3-n12+lookup8, heads on the samples meet both
-# of issue 46's goals in three head seeds (greedy alpha 0.753 / 0.752 / 0.758; temperature 1, the first child drawn,
-# 40 prompts: 0.508 / 0.518 / 0.509), heads on the greedy answers the greedy one only (0.770; 0.461). Their one-off
-# answers and caches cost about 13 minutes instead of 50 (experiments/smollm2/README.md, "The default head: sampled
-# answers").
+# of issue 46's goals in three head seeds (40 prompts: greedy alpha 0.740 / 0.743 / 0.741; temperature 1, the first
+# child drawn: 0.508 / 0.518 / 0.509), heads on the greedy answers the greedy one only (on the first 20 prompts 0.770
+# and 0.461, where these have 0.752-0.758 and 0.501-0.510). Their one-off answers and caches cost about 13 minutes
+# instead of 50 (experiments/smollm2/README.md, "The default head: sampled answers").
 # A sampled step costs 1.3-1.4x a greedy one (longer answers), so HEAD_BATCH follows the answers: 6 where HEAD_ANSWERS
 # sets distill.answer_temperature to anything but 0, else 8.
 GREEDY_ANSWERS := task.n_train=7409
