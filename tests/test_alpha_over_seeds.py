@@ -4,9 +4,11 @@ pool."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,14 +34,33 @@ def bench(path: Path, *heads: dict) -> Path:
     return path
 
 
-def run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), "--policy", POLICY, "--temperature", "1", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True)
+def load_script():
+    spec = importlib.util.spec_from_file_location("alpha_over_seeds", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def table(done: subprocess.CompletedProcess) -> list[list[str]]:
-    assert done.returncode == 0, done.stderr
-    return [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()[2:]]
+ALPHA_OVER_SEEDS = load_script()  # run in this process: a subprocess per call spends seconds importing torch
+
+
+def run(*args) -> str:
+    """The script's printed table; its one-line refusal raises SystemExit with that line."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ALPHA_OVER_SEEDS.main(["--policy", POLICY, "--temperature", "1", *map(str, args)])
+    return out.getvalue()
+
+
+def refusal(*args) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        run(*args)
+    assert isinstance(stopped.value.code, str) and "\n" not in stopped.value.code  # one line, exit status 1
+    return stopped.value.code
+
+
+def table(printed: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in printed.splitlines()[2:]]
 
 
 def test_seeds_are_pooled_prompt_by_prompt(tmp_path):
@@ -63,14 +84,14 @@ def test_seeds_are_pooled_prompt_by_prompt(tmp_path):
 
 def test_rows_that_cannot_be_pooled_are_refused(tmp_path):
     a = bench(tmp_path / "a.json", head_row(0, [6, 2, 4], [2, 2, 4]))
-    none = run(a, "--draft-prefix", "independent")
-    assert none.returncode != 0 and "no row of policy" in none.stderr and "a.json" in none.stderr
+    none = refusal(a, "--draft-prefix", "independent")
+    assert "no row of policy" in none and "a.json" in none
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"rows": [{"temperature": 1.0, "policy": POLICY, "draft": "head", "alpha": 0.5}]}))
-    refused = run(old, "--draft-prefix", "head")
-    assert refused.returncode != 0 and "accepted_by_prompt" in refused.stderr and "old.json" in refused.stderr
+    refused = refusal(old, "--draft-prefix", "head")
+    assert "accepted_by_prompt" in refused and "old.json" in refused
     shorter = bench(tmp_path / "shorter.json", head_row(1, [6, 2], [2, 2]))
-    assert "different numbers of prompts" in run(a, shorter, "--draft-prefix", "head").stderr
+    assert "different numbers of prompts" in refusal(a, shorter, "--draft-prefix", "head")
 
 
 BENCH_SEEDS = REPO / "experiments" / "smollm2" / "bench_head_seeds.sh"
