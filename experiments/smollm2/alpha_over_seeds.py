@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from adaspec.commands.bench_real import alpha_interval
+from adaspec.commands.bench_real import alpha_interval, pooled_alpha
 
 
 def pick_rows(path: Path, policy: str, temperature: float, draft_prefix: str) -> list[tuple[str, dict]]:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> list[list]:
         table.append([name, len(row["accepted_by_prompt"]), row["alpha"], low, high])
     accepted, rejected = pooled(rows)
     low, high = alpha_interval(accepted, rejected)
-    table.append([f"pooled over {len(rows)}", len(accepted), sum(accepted) / (sum(accepted) + sum(rejected)), low, high])
+    table.append([f"pooled over {len(rows)}", len(accepted), pooled_alpha(accepted, rejected), low, high])
     print("| run | prompts | alpha | 95 % low | 95 % high |\n|---|---|---|---|---|")
     for name, n, alpha, lo, hi in table:
         print(f"| {name} | {n} | {alpha:.3f} | {lo:.3f} | {hi:.3f} |")

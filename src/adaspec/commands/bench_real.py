@@ -118,14 +118,17 @@ def judged_by_prompt(results) -> tuple[list[int], list[int]]:
             [sum(b.first_reject is not None for b in r.blocks) for r in results])
 
 
+def pooled_alpha(accepted: list[int], rejected: list[int]) -> float:
+    """Alpha of the prompts whose counts these are (`judged_by_prompt`), pooled as `aggregate` pools blocks."""
+    judged = sum(accepted) + sum(rejected)
+    return sum(accepted) / judged if judged else math.nan
+
+
 def alpha_interval(accepted: list[int], rejected: list[int], resamples: int = 2000, seed: int = 0) -> list[float]:
     """95 % percentile-bootstrap interval of alpha (pooled over the prompts, as the row's) over the prompts: how
     much of an alpha is the prompts drawn rather than the draft."""
-    def alpha(picks: list[int]) -> float:
-        good = sum(accepted[i] for i in picks)
-        judged = good + sum(rejected[i] for i in picks)
-        return good / judged if judged else math.nan
-    return bootstrap_95(len(accepted), alpha, resamples, seed)
+    return bootstrap_95(len(accepted), lambda picks: pooled_alpha([accepted[i] for i in picks],
+                                                                  [rejected[i] for i in picks]), resamples, seed)
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
