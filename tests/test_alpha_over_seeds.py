@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -19,8 +20,8 @@ SCRIPT = REPO / "experiments" / "smollm2" / "alpha_over_seeds.py"
 POLICY = "tree-k4-d3-n12+lookup8+sample"
 
 
-def head_row(seed: int, accepted: list[int], rejected: list[int]) -> dict:
-    return {"temperature": 1.0, "policy": POLICY, "draft": f"head seed {seed}", "accepted_by_prompt": accepted,
+def head_row(seed: int, accepted: list[int], rejected: list[int], label: str = "head seed") -> dict:
+    return {"temperature": 1.0, "policy": POLICY, "draft": f"{label} {seed}", "accepted_by_prompt": accepted,
             "rejected_by_prompt": rejected, "alpha": sum(accepted) / (sum(accepted) + sum(rejected))}
 
 
@@ -94,7 +95,27 @@ def test_rows_that_cannot_be_pooled_are_refused(tmp_path):
     assert "different numbers of prompts" in refusal(a, shorter, "--draft-prefix", "head")
 
 
+def test_against_gives_the_paired_difference_of_two_kinds_of_head(tmp_path):
+    """Heads of another recipe ("n4096 head seed") against the default ones on the same prompts: every prompt judges 10
+    tokens for both and the new heads accept one more on each, so the difference is 0.1 in every resample of the
+    prompts drawn in pairs (resampled apart, the prompts' spread would widen it); "head seed" never picks the others."""
+    path = bench(tmp_path / "both.json", head_row(0, [6, 3, 5], [4, 7, 5]), head_row(1, [6, 3, 5], [4, 7, 5]),
+                 head_row(0, [7, 4, 6], [3, 6, 4], label="n4096 head seed"),
+                 head_row(1, [7, 4, 6], [3, 6, 4], label="n4096 head seed"))
+    rows = table(run(path, "--draft-prefix", "n4096 head seed", "--against", "head seed"))
+    assert [r[0] for r in rows][:3] == ["both: n4096 head seed 0", "both: n4096 head seed 1", "pooled over 2"]
+    assert rows[3][0] == "n4096 head seed − head seed, pooled over 2 and 2, paired by prompt"
+    assert [float(c) for c in rows[3][1:5]] == pytest.approx([3, 0.1, 0.1, 0.1], abs=5e-4)
+    alone = table(run(path, "--draft-prefix", "head seed"))
+    assert [r[0] for r in alone] == ["both: head seed 0", "both: head seed 1", "pooled over 2"]
+    assert float(alone[2][2]) == pytest.approx(14 / 30, abs=5e-4)
+    fewer = bench(tmp_path / "fewer.json", head_row(0, [6, 3], [4, 7]), head_row(0, [7, 4, 6], [3, 6, 4], label="new"))
+    assert "different numbers of prompts" in refusal(fewer, "--draft-prefix", "new", "--against", "head seed")
+    assert "no row of policy" in refusal(fewer, "--draft-prefix", "new", "--against", "independent")
+
+
 BENCH_SEEDS = REPO / "experiments" / "smollm2" / "bench_head_seeds.sh"
+HEAD = "{root}/gsm8k/smollm2/seed{seed}/draft-k0.4-eagle3-warm540-target-answers-t1-s0-b64-unfinished/final"
 
 
 def test_bench_head_seeds_names_a_missing_head_and_the_command_that_trains_it(tmp_path):
@@ -104,5 +125,13 @@ def test_bench_head_seeds_names_a_missing_head_and_the_command_that_trains_it(tm
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1
     assert "seed0/draft-k0.4-eagle3-warm540" in missing.stderr and "make demo-real ARGS=seed=0" in missing.stderr
     assert not (tmp_path / "experiments").exists()  # nothing written
+    # a head of another recipe, under a root of its own: the command names the root
+    (tmp_path / HEAD.format(root="outputs", seed=0)).mkdir(parents=True)
+    (tmp_path / HEAD.format(root="outputs", seed=0) / "model.safetensors").touch()
+    other = subprocess.run(["bash", str(BENCH_SEEDS), "t1", "head seed=outputs", "n4096 head seed=outputs/n4096"],
+                           cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "SEEDS": "0"})
+    assert other.returncode == 1 and other.stderr.count("\n") == 1
+    assert other.stderr.startswith(HEAD.format(root="outputs/n4096", seed=0))
+    assert "ARGS='seed=0 paths.root=outputs/n4096'" in other.stderr
     usage = subprocess.run(["bash", str(BENCH_SEEDS), "t2"], cwd=tmp_path, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr

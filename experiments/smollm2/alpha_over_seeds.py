@@ -9,6 +9,13 @@ trained drafts, not prompt lookup's rows of the same policy). Pooled: the seeds'
 the prompts resampled as a whole (a resample draws prompt i for every seed at once): the seeds share their prompts,
 so the prompts, not the seeds, are the independent draws. Needs rows with `accepted_by_prompt` (bench-real from
 2026-12-07 on). Prints a markdown table.
+
+`--against <prefix>` adds the difference of the pooled alphas, the picked drafts' minus those whose names start with
+`<prefix>` (the same files, policy and temperature), with its paired 95 % interval: each resample draws the same
+prompts for both, since both decoded them.
+
+    .venv/bin/python experiments/smollm2/alpha_over_seeds.py --policy fixed-3 --temperature 1 \
+        --draft-prefix "n4096 head seed" --against "head seed" bench/results/smollm2-demo-real-sampled-n4096-t1-p40.json
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from adaspec.commands.bench_real import alpha_interval, pooled_alpha
+from adaspec.commands.bench_real import alpha_interval, bootstrap_95, pooled_alpha
 
 
 def pick_rows(path: Path, policy: str, temperature: float, draft_prefix: str) -> list[tuple[str, dict]]:
@@ -41,12 +48,27 @@ def pooled(rows: list[dict]) -> tuple[list[int], list[int]]:
             [sum(r[i] for _, r in counts) for i in range(len(counts[0][1]))])
 
 
+def difference(first: tuple[list[int], list[int]], second: tuple[list[int], list[int]]) -> list[float]:
+    """pooled alpha of `first` minus that of `second` (each: per-prompt accepted and rejected counts on the same
+    prompts), and its 95 % bootstrap interval, the prompts resampled in pairs."""
+    if len(first[0]) != len(second[0]):
+        sys.exit("--against: the two drafts' rows decoded different numbers of prompts: no paired difference")
+
+    def alpha(counts, picks):
+        return pooled_alpha([counts[0][i] for i in picks], [counts[1][i] for i in picks])
+
+    everything = range(len(first[0]))
+    low, high = bootstrap_95(len(first[0]), lambda picks: alpha(first, picks) - alpha(second, picks))
+    return [alpha(first, everything) - alpha(second, everything), low, high]
+
+
 def main(argv: list[str] | None = None) -> list[list]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--policy", required=True)
     parser.add_argument("--temperature", type=float, required=True)
     parser.add_argument("--draft-prefix", required=True, help="the trained drafts' names start with it")
+    parser.add_argument("--against", help="also the pooled alpha's paired difference from the drafts named so")
     args = parser.parse_args(argv)
     picked = [pick for f in args.files for pick in pick_rows(f, args.policy, args.temperature, args.draft_prefix)]
     rows = [row for _, row in picked]
@@ -57,6 +79,10 @@ def main(argv: list[str] | None = None) -> list[list]:
     accepted, rejected = pooled(rows)
     low, high = alpha_interval(accepted, rejected)
     table.append([f"pooled over {len(rows)}", len(accepted), pooled_alpha(accepted, rejected), low, high])
+    if args.against:
+        others = [row for f in args.files for _, row in pick_rows(f, args.policy, args.temperature, args.against)]
+        table.append([f"{args.draft_prefix} − {args.against}, pooled over {len(rows)} and {len(others)}, paired by "
+                      f"prompt", len(accepted), *difference((accepted, rejected), pooled(others))])
     print("| run | prompts | alpha | 95 % low | 95 % high |\n|---|---|---|---|---|")
     for name, n, alpha, lo, hi in table:
         print(f"| {name} | {n} | {alpha:.3f} | {lo:.3f} | {hi:.3f} |")
