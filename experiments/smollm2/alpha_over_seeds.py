@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from adaspec.commands.bench_real import alpha_interval, bootstrap_95, pooled_alpha
+from adaspec.commands.bench_real import alpha_interval, bootstrap_95, picked_alpha, pooled_alpha
 
 
 def pick_rows(path: Path, policy: str, temperature: float, draft_prefix: str) -> list[tuple[str, dict]]:
@@ -53,13 +53,8 @@ def difference(first: tuple[list[int], list[int]], second: tuple[list[int], list
     prompts), and its 95 % bootstrap interval, the prompts resampled in pairs."""
     if len(first[0]) != len(second[0]):
         sys.exit("--against: the two drafts' rows decoded different numbers of prompts: no paired difference")
-
-    def alpha(counts, picks):
-        return pooled_alpha([counts[0][i] for i in picks], [counts[1][i] for i in picks])
-
-    everything = range(len(first[0]))
-    low, high = bootstrap_95(len(first[0]), lambda picks: alpha(first, picks) - alpha(second, picks))
-    return [alpha(first, everything) - alpha(second, everything), low, high]
+    low, high = bootstrap_95(len(first[0]), lambda picks: picked_alpha(*first, picks) - picked_alpha(*second, picks))
+    return [pooled_alpha(*first) - pooled_alpha(*second), low, high]
 
 
 def main(argv: list[str] | None = None) -> list[list]:

@@ -44,8 +44,10 @@ for group in "${groups[@]}"; do
 done
 mapfile -t overrides < <(make --no-print-directory -C "$(dirname "$0")/../.." -n bench-real \
   | grep adaspec.commands.bench_real | sed 's/^.* model=/model=/' | tr ' ' '\n' | grep -v '^$')
-name=smollm2-${NAME:-demo-real-sampled-seeds}-$kind-p40
-out=experiments/results/smollm2/${NAME:-demo-real-sampled-seeds}-$kind-p40
+[ ${#overrides[@]} -gt 0 ] || { echo "make -n bench-real printed no bench_real command to take the overrides from" >&2; exit 1; }
+stem=${NAME:-demo-real-sampled-seeds}-$kind-p40
+name=smollm2-$stem
+out=experiments/results/smollm2/$stem
 mkdir -p "$out"
 { date -u; lscpu | grep -E "^CPU\(s\)|Model name"; lscpu | grep -o -E "amx[a-z_]*|avx512_bf16" | sort -u; } > "$out/machine.txt"
 .venv/bin/python -m adaspec.commands.bench_real --name "$name" --prompts 40 --gammas 3 --no-adaptive \

@@ -124,11 +124,15 @@ def pooled_alpha(accepted: list[int], rejected: list[int]) -> float:
     return sum(accepted) / judged if judged else math.nan
 
 
+def picked_alpha(accepted: list[int], rejected: list[int], picks: list[int]) -> float:
+    """`pooled_alpha` of the prompts at `picks` (a bootstrap resample's indices, repeats counted)."""
+    return pooled_alpha([accepted[i] for i in picks], [rejected[i] for i in picks])
+
+
 def alpha_interval(accepted: list[int], rejected: list[int], resamples: int = 2000, seed: int = 0) -> list[float]:
     """95 % percentile-bootstrap interval of alpha (pooled over the prompts, as the row's) over the prompts: how
     much of an alpha is the prompts drawn rather than the draft."""
-    return bootstrap_95(len(accepted), lambda picks: pooled_alpha([accepted[i] for i in picks],
-                                                                  [rejected[i] for i in picks]), resamples, seed)
+    return bootstrap_95(len(accepted), lambda picks: picked_alpha(accepted, rejected, picks), resamples, seed)
 
 
 def run_temperature(target, drafts, prompts, stop, policies, temperature, max_new_tokens, costs, progress=True,
