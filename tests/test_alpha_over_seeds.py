@@ -114,6 +114,22 @@ def test_against_gives_the_paired_difference_of_two_kinds_of_head(tmp_path):
     assert "no row of policy" in refusal(fewer, "--draft-prefix", "new", "--against", "independent")
 
 
+def test_against_policy_gives_the_paired_difference_of_two_shapes_for_the_same_heads(tmp_path):
+    """One tree shape against another, both decoded by the same heads on the same prompts: here the other shape accepts
+    one token fewer of every 10 on every prompt, so the difference is 0.1 in every paired resample; a policy that no
+    row has is refused with one line."""
+    other_shape = "tree-k4-d3-n12+lookup8+sample-all"
+    heads = [head_row(0, [6, 3, 5], [4, 7, 5]), head_row(1, [6, 3, 5], [4, 7, 5])]
+    lower = [{**row, "policy": other_shape, "accepted_by_prompt": [5, 2, 4], "rejected_by_prompt": [5, 8, 6]}
+             for row in heads]
+    path = bench(tmp_path / "shapes.json", *heads, *lower)
+    rows = table(run(path, "--draft-prefix", "head seed", "--against-policy", other_shape))
+    assert [r[0] for r in rows][:3] == ["shapes: head seed 0", "shapes: head seed 1", "pooled over 2"]
+    assert rows[3][0] == f"head seed {POLICY} − head seed {other_shape}, pooled over 2 and 2, paired by prompt"
+    assert [float(c) for c in rows[3][1:5]] == pytest.approx([3, 0.1, 0.1, 0.1], abs=5e-4)
+    assert "no row of policy 'fixed-3'" in refusal(path, "--draft-prefix", "head seed", "--against-policy", "fixed-3")
+
+
 BENCH_SEEDS = REPO / "experiments" / "smollm2" / "bench_head_seeds.sh"
 HEAD = "{root}/gsm8k/smollm2/seed{seed}/draft-k0.4-eagle3-warm540-target-answers-t1-s0-b64-unfinished/final"
 

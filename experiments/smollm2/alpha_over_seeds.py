@@ -16,6 +16,9 @@ prompts for both, since both decoded them.
 
     .venv/bin/python experiments/smollm2/alpha_over_seeds.py --policy fixed-3 --temperature 1 \
         --draft-prefix "n4096 head seed" --against "head seed" bench/results/smollm2-demo-real-sampled-n4096-t1-p40.json
+
+`--against-policy <policy>` compares with another policy's rows instead (the same drafts unless `--against` names
+others), paired the same way: e.g. one tree shape against another for the same heads.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> list[list]:
     parser.add_argument("--temperature", type=float, required=True)
     parser.add_argument("--draft-prefix", required=True, help="the trained drafts' names start with it")
     parser.add_argument("--against", help="also the pooled alpha's paired difference from the drafts named so")
+    parser.add_argument("--against-policy", help="... or from the same drafts' (or --against's) rows of this policy")
     args = parser.parse_args(argv)
     picked = [pick for f in args.files for pick in pick_rows(f, args.policy, args.temperature, args.draft_prefix)]
     rows = [row for _, row in picked]
@@ -74,9 +78,12 @@ def main(argv: list[str] | None = None) -> list[list]:
     accepted, rejected = pooled(rows)
     low, high = alpha_interval(accepted, rejected)
     table.append([f"pooled over {len(rows)}", len(accepted), pooled_alpha(accepted, rejected), low, high])
-    if args.against:
-        others = [row for f in args.files for _, row in pick_rows(f, args.policy, args.temperature, args.against)]
-        table.append([f"{args.draft_prefix} − {args.against}, pooled over {len(rows)} and {len(others)}, paired by "
+    if args.against or args.against_policy:
+        policy, prefix = args.against_policy or args.policy, args.against or args.draft_prefix
+        others = [row for f in args.files for _, row in pick_rows(f, policy, args.temperature, prefix)]
+        names = (f"{args.draft_prefix} {args.policy}", f"{prefix} {policy}") if args.against_policy else (
+            args.draft_prefix, prefix)
+        table.append([f"{names[0]} − {names[1]}, pooled over {len(rows)} and {len(others)}, paired by "
                       f"prompt", len(accepted), *difference((accepted, rejected), pooled(others))])
     print("| run | prompts | alpha | 95 % low | 95 % high |\n|---|---|---|---|---|")
     for name, n, alpha, lo, hi in table:

@@ -16,10 +16,14 @@
 # label's pooled alpha minus the first's, paired by prompt. SEEDS picks the head seeds (default "0 1 2"), e.g.
 #   SEEDS=0 NAME=demo-real-sampled-n4096 experiments/smollm2/bench_head_seeds.sh t1 "head seed=outputs" \
 #       "n4096 head seed=outputs/n4096"
+# TREES replaces the kind's tree shapes (comma-separated); alpha.md then also gives each further shape's pooled alpha
+# minus the first's, paired by prompt, e.g. the ways of drawing the root's children at temperature 1:
+#   SEEDS=0 NAME=demo-real-root-draws TREES=k4-d3-n12+lookup8+sample,k4-d3-n12+lookup8+sample-last,\
+#       k4-d3-n12+lookup8+sample-all experiments/smollm2/bench_head_seeds.sh t1
 set -euo pipefail
 case "${1:-}" in
-  t1) temperature=1; trees=k4-d3-n12+lookup8+sample ;;
-  greedy) temperature=0; trees=k4-d4-n8,k4-d3-n12+lookup8 ;;
+  t1) temperature=1; trees=${TREES:-k4-d3-n12+lookup8+sample} ;;
+  greedy) temperature=0; trees=${TREES:-k4-d4-n8,k4-d3-n12+lookup8} ;;
   *) echo "usage: [SEEDS=...] [NAME=...] $0 t1|greedy [<label>=<root> ...]" >&2; exit 2 ;;
 esac
 kind=$1
@@ -53,6 +57,7 @@ mkdir -p "$out"
 .venv/bin/python -m adaspec.commands.bench_real --name "$name" --prompts 40 --gammas 3 --no-adaptive \
   --temperatures $temperature --trees $trees --serving bfloat16-compiled --servings bfloat16-compiled-w2 "${drafts[@]}" \
   "${overrides[@]}"
+first_tree=tree-${trees%%,*}
 for policy in fixed-3 ${trees//,/ }; do
   [ "$policy" = fixed-3 ] || policy=tree-$policy
   for label in "${labels[@]}"; do
@@ -61,6 +66,11 @@ for policy in fixed-3 ${trees//,/ }; do
     echo; echo "$policy, temperature $temperature, $label:"; echo
     .venv/bin/python experiments/smollm2/alpha_over_seeds.py --policy "$policy" --temperature $temperature \
       --draft-prefix "$label" "${against[@]}" "bench/results/$name.json"
+    if [ "$policy" != fixed-3 ] && [ "$policy" != "$first_tree" ]; then
+      echo; echo "$policy against $first_tree, temperature $temperature, $label:"; echo
+      .venv/bin/python experiments/smollm2/alpha_over_seeds.py --policy "$policy" --temperature $temperature \
+        --draft-prefix "$label" --against-policy "$first_tree" "bench/results/$name.json"
+    fi
   done
 done > "$out/alpha.md"
 cat "$out/alpha.md"

@@ -114,7 +114,41 @@ def first_level(p: torch.Tensor, draft_ids: torch.Tensor, q: torch.Tensor, k: in
     outside_top = rejected.sum(-1) - rejected_top.sum(-1)  # x outside the top k: the top k-1 follow
     after_top = r_top.sum(-1, keepdim=True) - r_top  # x = the j-th of the top k: the other k-1 follow
     sampled_first = overlap + (rejected_top * after_top).sum(-1) + outside_top * r_top[:, : k - 1].sum(-1)
-    return {f"first_level_top{k}": deterministic, f"first_level_sampled_then_top{k - 1}": sampled_first}
+    # the head's top k-1 tried first, then one child drawn from q outside them (r = q there, renormalised), tried
+    # against what is left of p (p outside the top k-1, renormalised): p(S) + sum_{x not in S} min(p, (1 - p(S)) r)
+    first = top[:, : k - 1]
+    p_first = p_on.gather(1, first).sum(-1, keepdim=True)
+    r = q.scatter(1, first, 0.0)
+    r = r / r.sum(-1, keepdim=True).clamp_min(1e-30)
+    rest = p_on.scatter(1, first, 0.0)
+    top_then_sampled = p_first.squeeze(-1) + torch.minimum(rest, (1 - p_first) * r).sum(-1)
+    return {f"first_level_top{k}": deterministic, f"first_level_sampled_then_top{k - 1}": sampled_first,
+            f"first_level_top{k - 1}_then_sampled": top_then_sampled,
+            f"first_level_{k}_sampled_without_replacement": without_replacement(p_on, q, k)}
+
+
+def without_replacement(p: torch.Tensor, q: torch.Tensor, k: int, draws: int = 32, seed: int = 0) -> torch.Tensor:
+    """[N] probability that `k` children drawn from q without replacement (Gumbel top-k), tried in the order drawn,
+    accept one (recursive rejection sampling without replacement, arXiv 2402.14160): child i comes from q_i = q
+    without the earlier children, renormalised, and is accepted with min(1, p_i / q_i), p_i the residual
+    norm(max(0, p_{i-1} - q_{i-1})). Exact given the draws; averaged over `draws` Monte Carlo draws per position."""
+    generator = torch.Generator().manual_seed(seed)
+    out = torch.zeros(q.shape[0])
+    log_q = q.clamp_min(1e-30).log()
+    for _ in range(draws):
+        gumbel = -torch.empty_like(q).exponential_(generator=generator).log()
+        children = (log_q + gumbel).topk(k, dim=-1).indices  # [N, k], in the order drawn
+        residual, q_i, none_yet = p.clone(), q.clone(), torch.ones(q.shape[0])
+        for i in range(k):
+            x = children[:, i : i + 1]
+            q_i = q_i / q_i.sum(-1, keepdim=True).clamp_min(1e-30)
+            a = torch.minimum(torch.ones(q.shape[0]), (residual.gather(1, x) / q_i.gather(1, x).clamp_min(1e-30))[:, 0])
+            out += none_yet * a / draws
+            none_yet = none_yet * (1 - a)
+            residual = (residual - q_i).clamp_min(0)
+            residual = residual / residual.sum(-1, keepdim=True).clamp_min(1e-30)
+            q_i = q_i.scatter(1, x, 0.0)
+    return out
 
 
 def main() -> None:

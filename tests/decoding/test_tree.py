@@ -317,41 +317,56 @@ def test_greedy_verification_follows_the_targets_argmax():
     assert accept_greedy(logits, TOY_TREE) == ([0, 4], 0)
 
 
-# ------------------------------------------------------------------- sampling: the root's first child drawn
+# ------------------------------------------------------------------- sampling: the root's children drawn
 
 
-def test_the_drawn_first_child_is_named_parsed_and_ignored_when_greedy():
+def test_drawn_root_children_are_named_parsed_and_ignored_when_greedy():
     shape = TreeShape.parse("k4-d3-n12+lookup8+sample")
-    assert shape == TreeShape(4, 3, 12, 8, sample_first=True) and shape.name == "k4-d3-n12+lookup8+sample"
-    assert TreeShape.parse("k4-d4-n8+sample").lookup == 0 and TreeShape.parse("k4-d4-n8").sample_first is False
+    assert shape == TreeShape(4, 3, 12, 8, sample="first") and shape.name == "k4-d3-n12+lookup8+sample"
+    assert TreeShape.parse("k4-d4-n8+sample").lookup == 0 and TreeShape.parse("k4-d4-n8").sample == ""
+    for how in ("last", "all"):
+        assert TreeShape.parse(f"k4-d3-n12+lookup8+sample-{how}") == TreeShape(4, 3, 12, 8, sample=how)
+        assert TreeShape(4, 3, 12, 8, sample=how).name == f"k4-d3-n12+lookup8+sample-{how}"
+        assert tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": how}).name == f"k4-d4-n8+sample-{how}"
     assert tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample_first": True}).name == "k4-d4-n8+sample"
-    assert TreeShape.parse("k4-d4-n8+sample").capped(2).sample_first
+    assert tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": False}).name == "k4-d4-n8"
+    assert TreeShape.parse("k4-d4-n8+sample-all").capped(2).sample == "all"
     with pytest.raises(ValueError, match="sample_first"):
         tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample_first": "yes"})
+    with pytest.raises(ValueError, match="decode.tree.sample must be off or one of first, last, all"):
+        tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": "middle"})
     with pytest.raises(ValueError, match=r"\+sample"):
         TreeShape.parse("k4-d4-n8+sample+lookup4")
+    with pytest.raises(ValueError, match=r"\+sample"):
+        TreeShape.parse("k4-d4-n8+sample-middle")
 
 
-def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape, unpinned_below: float = 0.0
-               ) -> Tree:
+def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape, unpinned: bool = False) -> Tree:
     """`expand` below a root whose children have log q, deeper levels from a fixed random draft. Negative control
-    `unpinned_below`: the drawn child (and what hangs below it) dropped when its q is under this, so that whether it
-    is in the tree depends on what was drawn (what the pin rules out)."""
+    `unpinned`: the first drawn child (and what hangs below it) dropped unless it drew the likeliest token it could,
+    so that whether it is in the tree depends on what was drawn (what the pin rules out)."""
     rows = torch.log_softmax(torch.randn(64, SAMPLING_V, generator=torch.Generator().manual_seed(7)), -1).double()
     tree = expand(q_log, lambda pool, frontier: rows[torch.tensor(frontier) % 64], shape, lambda ids: ids,
                   temperature=1.0, generator=generator)
-    if float(q_log[tree.tokens[0]].exp()) < unpinned_below:
-        keep = [n for n in range(1, len(tree)) if tree.depths[n] == 1]
+    drawn = drawn_children(tree)[0]
+    if unpinned and tree.tokens[drawn] != int(tree.q[drawn].argmax()):
+        keep = [n for n in range(len(tree)) if tree.depths[n] == 1 and n != drawn]
         tree = Tree([tree.tokens[n] for n in keep], [-1] * len(keep), tree.q[keep])
     return tree
 
 
+def drawn_children(tree: Tree) -> list[int]:
+    """The nodes verified as draws: those whose row of q is not one-hot."""
+    return [n for n in range(len(tree)) if tree.q is not None and float(tree.q[n].max()) < 1.0]
+
+
 def against_a_sharper_q(probs, tree, generator):
-    """`accept_sampled` told that the drawn child came from q^2 (normalised), not from q."""
+    """`accept_sampled` told that every drawn child came from its q^2 (normalised), not from its q."""
     if tree.q is None:  # no room left for a proposal
         return accept_sampled(probs, tree, generator)
     q = tree.q.clone()
-    q[0] = q[0] ** 2 / (q[0] ** 2).sum()
+    for n in drawn_children(tree):
+        q[n] = q[n] ** 2 / (q[n] ** 2).sum()
     return accept_sampled(probs, Tree(tree.tokens, tree.parents, q), generator)
 
 
@@ -367,18 +382,21 @@ def first_tokens(p: torch.Tensor, q_log: torch.Tensor, shape: TreeShape, n: int,
     return out
 
 
-def test_a_drawn_first_child_verified_as_a_draw_emits_the_targets_distribution():
+@pytest.mark.parametrize("how, drawn", [("first", [0]), ("last", [2]), ("all", [0, 1, 2])])
+def test_drawn_root_children_verified_as_draws_emit_the_targets_distribution(how, drawn):
     p = toy_rows(4)[0]
     q_log = torch.log_softmax(torch.randn(SAMPLING_V, generator=torch.Generator().manual_seed(5)) * 2, -1).double()
-    shape = TreeShape(3, 2, 5, sample_first=True)
+    shape = TreeShape(3, 2, 5, sample=how)
     tree = drawn_tree(q_log, torch.Generator().manual_seed(1), shape)
-    assert tree.pinned == (0,) and tree.children(-1)[0] == 0 and tree.q[0].sum().item() == pytest.approx(1.0)
-    assert all(tree.q[n].max() == 1.0 for n in range(1, len(tree)))  # every other node: a deterministic pick
+    assert tree.pinned == tuple(range(drawn[-1] + 1)) and tree.children(-1)[: len(tree.pinned)] == list(tree.pinned)
+    assert drawn_children(tree) == drawn and all(tree.q[n].sum().item() == pytest.approx(1.0) for n in drawn)
+    for n in drawn:  # drawn from q without the children before it
+        assert all(float(tree.q[n, tree.tokens[c]]) == 0.0 for c in range(n))
     assert chi2_pvalue(first_tokens(p, q_log, shape, 8000), p.numpy()) > P_THRESHOLD
 
     # negative controls: the draw verified against a sharper q than it came from; its presence depending on it
     assert chi2_pvalue(first_tokens(p, q_log, shape, 8000, verify=against_a_sharper_q), p.numpy()) < P_THRESHOLD
-    assert chi2_pvalue(first_tokens(p, q_log, shape, 8000, unpinned_below=0.2), p.numpy()) < P_THRESHOLD
+    assert chi2_pvalue(first_tokens(p, q_log, shape, 8000, unpinned=True), p.numpy()) < P_THRESHOLD
 
 
 def test_grafting_keeps_the_drawn_child_and_its_distribution():
@@ -392,8 +410,9 @@ def test_grafting_keeps_the_drawn_child_and_its_distribution():
     assert all(grafted.q[n, grafted.tokens[n]] == 1.0 for n in range(1, 4))
 
 
-@pytest.mark.parametrize("shape", [TreeShape(3, 2, 6, sample_first=True),
-                                   TreeShape(3, 2, 6, lookup=2, sample_first=True)], ids=["tree", "hybrid"])
+@pytest.mark.parametrize("shape", [TreeShape(3, 2, 6, sample="first"), TreeShape(3, 2, 6, lookup=2, sample="first"),
+                                   TreeShape(3, 2, 6, lookup=2, sample="last"), TreeShape(3, 2, 6, lookup=2, sample="all")],
+                         ids=["tree", "hybrid", "hybrid-last", "hybrid-all"])
 def test_trees_with_a_drawn_first_child_end_to_end_are_distributed_as_the_target(sampling_models, monkeypatch,
                                                                                   shape):
     target, draft = sampling_models
@@ -405,7 +424,8 @@ def test_trees_with_a_drawn_first_child_end_to_end_are_distributed_as_the_target
                                     eos_token_id=None, temperature=temperature, generator=gen, tree=shape).tokens
 
     session = hybrid.for_shape(draft, shape).start(prompt, SAMPLING_V)
-    assert session.propose_tree(prompt[0], shape, temperature, torch.Generator().manual_seed(0)).pinned == (0,)
+    pinned = (0,) if shape.sample == "first" else (0, 1, 2)
+    assert session.propose_tree(prompt[0], shape, temperature, torch.Generator().manual_seed(0)).pinned == pinned
     assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
     monkeypatch.setattr(spec_mod, "accept_sampled", wrong_residual)  # negative control (the drawn child's own: above)
     assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) < P_THRESHOLD

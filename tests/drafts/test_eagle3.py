@@ -340,7 +340,7 @@ def test_the_heads_drawn_first_child_carries_its_distribution_over_the_targets_i
     head = Eagle3Head.from_target(target, vocab.size)
     state = trained[0].model.state_dict()
     head.load_state_dict({**state, "lm_head.weight": state["lm_head.weight"][vocab.draft_to_target]})
-    draft, shape = Eagle3Draft(head.eval(), vocab, target), TreeShape(3, 3, 8, sample_first=True)
+    draft, shape = Eagle3Draft(head.eval(), vocab, target), TreeShape(3, 3, 8, sample="first")
 
     def tree_of(temperature: float, generator: torch.Generator | None):
         session = draft.start(prompt(1), V)

@@ -70,7 +70,7 @@ def test_each_candidate_carries_the_tau_real_decoding_gets_and_the_best_one_wins
 def test_a_drawn_first_child_is_a_candidate_only_for_drafts_that_draw(model_draft):
     """`+sample` draws the root's first child from the draft's distribution; prompt lookup has none, so for it the
     shape would be its plain one again (and a hybrid draws as the draft inside it does)."""
-    shapes = [TreeShape(2, 3, 6), TreeShape(2, 3, 6, sample_first=True)]
+    shapes = [TreeShape(2, 3, 6), TreeShape(2, 3, 6, sample="first")]
     assert candidates_for(model_draft, shapes) == candidates_for(HybridDraft(model_draft), shapes) == shapes
     assert candidates_for(PromptLookupDraft(), shapes) == shapes[:1]
 

@@ -157,7 +157,7 @@ def run_temperature(target, drafts, prompts, stop, policies, temperature, max_ne
         Entry(f"{draft_name}/{name}", draft, compare_hf=False, policy=lambda d=shape.reach: FixedGamma(d), tree=shape)
         for draft_name, draft in drafts.items()
         for name, shape in (trees or {}).items()
-        if not shape.sample_first or draft.draws_proposals  # else the plain shape's row again, to the digit
+        if not shape.sample or draft.draws_proposals  # else the plain shape's row again, to the digit
     ]
     entries += [dataclasses.replace(e, name=f"{e.name}@dt{t:g}", compare_hf=False, draft_temperature=t)
                 for t in (draft_temperatures if temperature > 0 else ()) for e in list(entries)]

@@ -293,8 +293,8 @@ def _validate_decode(decode: DictConfig) -> None:
         tree_shape(tree) if not is_auto(tree) else None
     except (ValueError, TypeError) as error:
         _check(False, "decode.tree", tree, f"{error}; allowed: off, auto, "
-               "k<top_k>-d<depth>-n<nodes>[+lookup][+sample] (e.g. k4-d4-n16) or "
-               "{top_k: 4, depth: 4, nodes: 16, lookup: false, sample_first: false}")
+               "k<top_k>-d<depth>-n<nodes>[+lookup][+sample[-last|-all]] (e.g. k4-d4-n16) or "
+               "{top_k: 4, depth: 4, nodes: 16, lookup: false, sample: false}")
 
 
 def _validate_eval(ev: DictConfig) -> None:

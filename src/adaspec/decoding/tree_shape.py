@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: speculative.MAX_BLOCK positions
 AUTO = "auto"  # decode.tree=auto: the evaluation chooses each draft's shape (adaspec.evaluation.tree_choice)
+SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all"}  # TreeShape.sample: its name's suffix
 
 
 @dataclass(frozen=True)
@@ -13,15 +14,16 @@ class TreeShape:
     """EAGLE-2's expansion: the `top_k` best children of each of the `top_k` best frontier nodes per depth, `depth`
     draft steps, then the `nodes` best nodes by cumulative draft log-probability. `lookup` > 0: also graft the
     prompt-lookup continuation of up to `lookup` tokens as a branch, within the `nodes` (the hybrid proposer,
-    `adaspec.drafts.hybrid`). `sample_first` (`+sample`; temperature > 0 only, greedy ignores it): the root's first
-    child is drawn from the draft's distribution instead of being its top pick, the other top_k - 1 are the top
-    picks among the rest (`adaspec.drafts.tree_expansion`)."""
+    `adaspec.drafts.hybrid`). `sample` (temperature > 0 only, greedy ignores it) draws some of the root's top_k
+    children from the draft's distribution instead of taking its top picks (`adaspec.drafts.tree_expansion`):
+    `first` (`+sample`) the first, then the top_k - 1 most likely of the rest; `last` (`+sample-last`) the top_k - 1
+    most likely, then one drawn from the rest; `all` (`+sample-all`) all top_k, drawn without replacement."""
 
     top_k: int = 4
     depth: int = 4
     nodes: int = 16
     lookup: int = 0
-    sample_first: bool = False
+    sample: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= 16:
@@ -34,6 +36,8 @@ class TreeShape:
         if not 0 <= self.lookup <= self.nodes:
             raise ValueError(f"decode.tree.lookup must be between 0 (off) and decode.tree.nodes ({self.nodes}), "
                              f"got {self.lookup}")
+        if self.sample and self.sample not in SAMPLES:
+            raise ValueError(f"decode.tree.sample must be off or one of {', '.join(SAMPLES)}, got {self.sample!r}")
 
     @property
     def reach(self) -> int:
@@ -46,21 +50,21 @@ class TreeShape:
         depth, lookup = max(0, min(self.depth, room)), max(0, min(self.lookup, room))
         if (depth, lookup) == (self.depth, self.lookup):
             return self
-        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup, self.sample_first)
+        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup, self.sample)
 
     @property
     def name(self) -> str:
         """`k4-d4-n16`, `k4-d4-n16+lookup` (a lookup branch as long as the depth), `k4-d4-n16+lookup8`,
-        `k4-d4-n16+sample`, `k4-d3-n12+lookup8+sample`."""
+        `k4-d4-n16+sample`, `k4-d3-n12+lookup8+sample`, `k4-d3-n12+lookup8+sample-all`."""
         suffix = "" if not self.lookup else "+lookup" if self.lookup == self.depth else f"+lookup{self.lookup}"
-        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}{'+sample' if self.sample_first else ''}"
+        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}{SAMPLES.get(self.sample, '')}"
 
     @classmethod
     def parse(cls, name: str) -> TreeShape:
         """The inverse of `name`."""
         base, *extras = name.split("+")
-        sample_first = extras[-1:] == ["sample"]
-        extras = extras[:-1] if sample_first else extras
+        sample = next((mode for mode, suffix in SAMPLES.items() if extras[-1:] == [suffix[1:]]), "")
+        extras = extras[:-1] if sample else extras
         try:
             k, d, n = base.split("-")
             if k[0] != "k" or d[0] != "d" or n[0] != "n" or len(extras) > 1 or not all(
@@ -69,9 +73,9 @@ class TreeShape:
             numbers = int(k[1:]), int(d[1:]), int(n[1:])
             lookup = 0 if not extras else int(extras[0][len("lookup"):] or numbers[1])
         except (ValueError, IndexError):
-            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]][+sample], "
-                             f"e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
-        return cls(*numbers, lookup, sample_first)
+            raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]]"
+                             f"[+sample[-last|-all]], e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
+        return cls(*numbers, lookup, sample)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class _Capped(TreeShape):
 
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
-    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth) and sample_first. Bad input
+    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth) and sample (off, first, last,
+    all; `sample_first: true` is `sample: first`). Bad input
     raises ValueError naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
     if is_auto(decode_tree):
         raise ValueError("decode.tree=auto is chosen per draft by the evaluation (adaspec.evaluation.tree_choice); "
@@ -94,16 +99,18 @@ def tree_shape(decode_tree) -> TreeShape | None:
     if isinstance(decode_tree, str):
         return TreeShape.parse(decode_tree)
     keys = dict(decode_tree)
-    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup", "sample_first"}
+    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup", "sample", "sample_first"}
     if unknown:
         raise ValueError(f"decode.tree: unknown key(s) {sorted(unknown)}; allowed: top_k, depth, nodes, lookup, "
-                         "sample_first (or off)")
+                         "sample (or off)")
     if isinstance(keys.get("lookup"), bool):  # lookup: true is a branch as long as the depth
         keys["lookup"] = int(keys.get("depth", TreeShape.depth)) if keys["lookup"] else 0
     sample_first = keys.pop("sample_first", False)
     if not isinstance(sample_first, bool):
         raise ValueError(f"decode.tree.sample_first must be true or false, got {sample_first!r}")
-    return TreeShape(**{k: int(v) for k, v in keys.items()}, sample_first=sample_first)
+    sample = keys.pop("sample", "first" if sample_first else False)
+    sample = "" if sample is False or str(sample) in ("off", "none") else str(sample)
+    return TreeShape(**{k: int(v) for k, v in keys.items()}, sample=sample)
 
 
 def is_auto(decode_tree) -> bool:

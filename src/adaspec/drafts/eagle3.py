@@ -319,7 +319,7 @@ class _Eagle3Session:
         """EAGLE-2's tree after `context` (`adaspec.drafts.tree_expansion`): one batched head forward per depth,
         each frontier pair reading its parent's output and seeing the real pairs and its ancestors' pairs.
         Deterministic picks (top-k), ranked by log-probabilities at `temperature` (1 when greedy); with
-        `shape.sample_first` at temperature > 0 the root's first child is drawn instead."""
+        `shape.sample` at temperature > 0 some of the root's children are drawn instead."""
         length = context.shape[0]
         support = self.head.config.draft_vocab_size
         scale = temperature if temperature > 0 else 1.0

@@ -8,12 +8,16 @@ kept: a node's cumulative log-probability is never above its parent's, so the ke
 parent. The draft supplies `step(frontier)`: the log-probabilities `[len(frontier), support]` of the children of
 those pool nodes.
 
-Temperature > 0 with `+sample` (`TreeShape.sample_first`): the root's first child is drawn from the draft's
-distribution and verified as a draw (accepted with min(1, p/q)) before its siblings, the top_k - 1 most likely of
-the other tokens. A draw can only be verified against the q it came from if the tree's making never looks at what
-was drawn before deciding to keep it, so that child is pinned: always kept, first among the root's children (its
-siblings and every deeper node may depend on it: they are verified as deterministic picks, only after it). Only the
-root gets a drawn child: a draw deeper down would compete with earlier-verified nodes for the node budget.
+Temperature > 0 with `TreeShape.sample`: some of the root's children are drawn from the draft's distribution and
+verified as draws (accepted with min(1, p/q), then the residual), in the order they were chosen: `+sample` draws the
+first, then takes the top_k - 1 most likely of the other tokens; `+sample-last` takes the top_k - 1 most likely, then
+draws one from the rest; `+sample-all` draws all top_k without replacement (recursive rejection sampling without
+replacement, arXiv 2402.14160). Each draw comes from q without the children chosen before it, renormalised, and
+that is the q it is verified against. A draw can only be verified against the q it came from if whether it is in
+the tree never depends on what was drawn, and a child verified before a draw must be there whatever is drawn after
+it: so every root child up to the last drawn one is pinned, always kept, in that order (later siblings and every
+deeper node may depend on the draws: they are verified as deterministic picks, after them). Only the root gets
+drawn children: a draw deeper down would compete with earlier-verified nodes for the node budget.
 """
 
 from __future__ import annotations
@@ -56,23 +60,23 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
            generator: torch.Generator | None = None, q_to_target: Callable[[Tensor], Tensor] | None = None) -> Tree:
     """The tree of `shape` below a root whose children have `root_logprobs [support]` (module docstring);
     `to_target` maps support ids to target ids. `chosen` (a list) receives each tree node's pool index.
-    `temperature` > 0 with `shape.sample_first`: the root's first child is drawn with `generator`, and the tree
-    carries `q` (mapped to the target's vocabulary by `q_to_target`): that child's distribution, one-hot rows for
-    every other node."""
+    `temperature` > 0 with `shape.sample`: the root's children are drawn as it says with `generator`, and the tree
+    carries `q` (mapped to the target's vocabulary by `q_to_target`): each drawn child's distribution, one-hot rows
+    for every other node."""
     pool = Pool()
     if shape.depth == 0 or shape.nodes == 0:
         return Tree([], [], scores=[])
     k = min(shape.top_k, root_logprobs.shape[-1])
-    root_q = root_logprobs.float().exp() if shape.sample_first and temperature > 0 else None
-    drawn = None if root_q is None else int(sample(root_q, generator))
-    if drawn is None:
+    drawn: dict[int, Tensor] = {}  # pool node -> the distribution it was drawn from
+    if shape.sample and temperature > 0:
+        frontier = []
+        for token, q in root_children(root_logprobs, k, shape.sample, generator):
+            frontier.append(pool.add(token, -1, float(root_logprobs[token])))
+            if q is not None:
+                drawn[frontier[-1]] = q
+    else:
         values, tokens = root_logprobs.topk(k)
         frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
-    else:
-        values, tokens = root_logprobs.index_fill(-1, torch.tensor([drawn], device=root_logprobs.device),
-                                                  -float("inf")).topk(k - 1)
-        frontier = [pool.add(drawn, -1, float(root_logprobs[drawn]))]
-        frontier += [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
     for _ in range(shape.depth - 1):
         logprobs = step(pool, frontier)
         values, tokens = logprobs.topk(min(shape.top_k, logprobs.shape[-1]), dim=-1)
@@ -82,7 +86,7 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         added = [pool.add(t, node, score) for score, t, node in offered]
         frontier = sorted(added, key=lambda n: -pool.scores[n])[: shape.top_k]
         frontier.sort()
-    pinned = () if drawn is None else (0,)  # pool node 0: the drawn child; a log-probability of 0 ranks it first
+    pinned = tuple(range(max(drawn) + 1)) if drawn else ()  # the root's children up to the last drawn one
     rank = [0.0 if n in pinned else pool.scores[n] for n in range(len(pool.tokens))]
     kept = sorted(sorted(range(len(pool.tokens)), key=lambda n: (-rank[n], pool.depths[n], n))[: shape.nodes])
     if chosen is not None:
@@ -90,13 +94,33 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
     index = {node: i for i, node in enumerate(kept)}
     target_ids = to_target(torch.tensor([pool.tokens[n] for n in kept], dtype=torch.long)).tolist()
     q = None
-    if drawn is not None:
+    if drawn:
         q = torch.zeros(len(kept), root_logprobs.shape[-1], device=root_logprobs.device)
         q[torch.arange(len(kept), device=q.device), torch.tensor([pool.tokens[n] for n in kept], device=q.device)] = 1.0
-        q[0] = root_q
+        for node, row in drawn.items():
+            q[index[node]] = row
         q = q if q_to_target is None else q_to_target(q)
     return Tree(target_ids, [index.get(pool.parents[n], -1) for n in kept], q, [rank[n] for n in kept],
                 pinned=pinned)
+
+
+def root_children(root_logprobs: Tensor, k: int, how: str, generator: torch.Generator | None
+                  ) -> list[tuple[int, Tensor | None]]:
+    """The root's `k` children in the order they are verified, each with the distribution it was drawn from (None: a
+    top pick): `how` is `TreeShape.sample` (module docstring). Every choice leaves out the children chosen before it;
+    a draw from what is left of q, renormalised (a top pick where nothing is left: q underflowed to one-hot)."""
+    drawn_at = {"first": {0}, "last": {k - 1}, "all": set(range(k))}[how]
+    left = root_logprobs.float().exp()
+    children: list[tuple[int, Tensor | None]] = []
+    for i in range(k):
+        mass = float(left.sum())
+        if i in drawn_at and mass > 0:
+            token, q = int(sample(left, generator)), left / mass
+        else:
+            token, q = int(left.argmax()), None
+        children.append((token, q))
+        left = left.index_fill(-1, torch.tensor([token], device=left.device), 0.0)
+    return children
 
 
 def frontier_mask(pool: Pool, frontier: list[int], slots: dict[int, int], past: int, context: int) -> Tensor:

@@ -57,12 +57,12 @@ def _tau(results: list[GenerationResult]) -> float:
 
 def candidates_for(draft: Draft, shapes: list[TreeShape]) -> list[TreeShape]:
     """The shapes `draft` can decode: none for a draft that cannot rank alternatives, no lookup branch for one
-    that takes none (prompt lookup itself: it would graft itself), no drawn first child (`+sample`) for one that
+    that takes none (prompt lookup itself: it would graft itself), no drawn children (`+sample...`) for one that
     draws nothing (the plain shape's tree again)."""
     if not draft.proposes_trees:
         return []
     return [s for s in shapes if (draft.takes_lookup_branch or not s.lookup)
-            and (draft.draws_proposals or not s.sample_first)]
+            and (draft.draws_proposals or not s.sample)]
 
 
 @torch.inference_mode()
