@@ -339,6 +339,9 @@ def test_drawn_root_children_are_named_parsed_and_ignored_when_greedy():
         TreeShape.parse("k4-d4-n8+sample+lookup4")
     with pytest.raises(ValueError, match=r"\+sample"):
         TreeShape.parse("k4-d4-n8+sample-middle")
+    assert TreeShape.parse("k4-d2-n3+sample").nodes == 3  # one pinned child fits any budget
+    with pytest.raises(ValueError, match=r"decode.tree.nodes \(3\) must be at least decode.tree.top_k \(4\)"):
+        TreeShape.parse("k4-d2-n3+sample-all")
 
 
 def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape, unpinned: bool = False) -> Tree:

@@ -38,6 +38,9 @@ class TreeShape:
                              f"got {self.lookup}")
         if self.sample and self.sample not in SAMPLES:
             raise ValueError(f"decode.tree.sample must be off or one of {', '.join(SAMPLES)}, got {self.sample!r}")
+        if self.sample in ("last", "all") and self.nodes < self.top_k:  # every root child is pinned: it must fit
+            raise ValueError(f"decode.tree.nodes ({self.nodes}) must be at least decode.tree.top_k ({self.top_k}) "
+                             f"with sample={self.sample}, which keeps every child of the root")
 
     @property
     def reach(self) -> int:
