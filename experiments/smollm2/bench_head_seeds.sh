@@ -7,8 +7,8 @@
 #
 # Train the heads first: seed 0 by `make demo-real`, seeds 1 and 2 by its training commands with ARGS=seed=<s>
 # (experiments/smollm2/README.md, "The default head: sampled answers"). Writes
-# bench/results/smollm2-<NAME>-<t1|greedy>-p40.json, and machine.txt and alpha.md under
-# experiments/results/smollm2/<NAME>-<t1|greedy>-p40/ (NAME: demo-real-sampled-seeds unless set). Run it alone on the
+# bench/results/smollm2-<NAME>-<t1|greedy>-p<PROMPTS>.json (PROMPTS: the first 40 test prompts unless set), and machine.txt and alpha.md under
+# experiments/results/smollm2/<NAME>-<t1|greedy>-p<PROMPTS>/ (NAME: demo-real-sampled-seeds unless set). Run it alone on the
 # cores. The Hydra overrides (target, prompts, the heads' serving) are make bench-real's.
 #
 # Heads of other recipes, trained by make demo-real under a root of their own (ARGS=paths.root=<root>), join the same
@@ -49,12 +49,13 @@ done
 mapfile -t overrides < <(make --no-print-directory -C "$(dirname "$0")/../.." -n bench-real \
   | grep adaspec.commands.bench_real | sed 's/^.* model=/model=/' | tr ' ' '\n' | grep -v '^$')
 [ ${#overrides[@]} -gt 0 ] || { echo "make -n bench-real printed no bench_real command to take the overrides from" >&2; exit 1; }
-stem=${NAME:-demo-real-sampled-seeds}-$kind-p40
+prompts=${PROMPTS:-40}
+stem=${NAME:-demo-real-sampled-seeds}-$kind-p$prompts
 name=smollm2-$stem
 out=experiments/results/smollm2/$stem
 mkdir -p "$out"
 { date -u; lscpu | grep -E "^CPU\(s\)|Model name"; lscpu | grep -o -E "amx[a-z_]*|avx512_bf16" | sort -u; } > "$out/machine.txt"
-.venv/bin/python -m adaspec.commands.bench_real --name "$name" --prompts 40 --gammas 3 --no-adaptive \
+.venv/bin/python -m adaspec.commands.bench_real --name "$name" --prompts "$prompts" --gammas 3 --no-adaptive \
   --temperatures $temperature --trees $trees --serving bfloat16-compiled --servings bfloat16-compiled-w2 "${drafts[@]}" \
   "${overrides[@]}"
 first_tree=tree-${trees%%,*}
