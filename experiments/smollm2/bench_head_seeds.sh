@@ -9,7 +9,8 @@
 # (experiments/smollm2/README.md, "The default head: sampled answers"). Writes
 # bench/results/smollm2-<NAME>-<t1|greedy>-p<PROMPTS>.json, and machine.txt and alpha.md under
 # experiments/results/smollm2/<NAME>-<t1|greedy>-p<PROMPTS>/ (NAME: demo-real-sampled-seeds unless set; PROMPTS: the
-# first 40 test prompts unless set). Run it alone on the cores. The Hydra overrides (target, prompts, the heads' serving) are make bench-real's.
+# first 40 test prompts unless set). Run it alone on the cores. The Hydra overrides (target, prompts, the heads'
+# serving) are make bench-real's.
 #
 # Heads of other recipes, trained by make demo-real under a root of their own (ARGS=paths.root=<root>), join the same
 # run as further "<label>=<root>" arguments, the default heads first ("head seed=outputs"); alpha.md then gives each
