@@ -344,6 +344,45 @@ def test_drawn_root_children_are_named_parsed_and_ignored_when_greedy():
         TreeShape.parse("k4-d2-n3+sample-all")
 
 
+def test_ranked_draws_are_named_parsed_and_refused_without_draws():
+    shape = TreeShape.parse("k4-d3-n12+lookup8+sample-all+ranked")
+    assert shape == TreeShape(4, 3, 12, 8, sample="all", ranked=True)
+    assert shape.name == "k4-d3-n12+lookup8+sample-all+ranked" and shape.capped(2).ranked
+    assert TreeShape.parse("k4-d4-n8+sample+ranked").name == "k4-d4-n8+sample+ranked"
+    assert tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": "all", "ranked": True}).ranked
+    assert not TreeShape.parse("k4-d4-n8+sample-all").ranked
+    with pytest.raises(ValueError, match="decode.tree.ranked ranks the root's drawn children: it needs"):
+        TreeShape.parse("k4-d4-n8+ranked")
+    with pytest.raises(ValueError, match="decode.tree.ranked must be true or false"):
+        tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": "all", "ranked": "yes"})
+    with pytest.raises(ValueError, match="both sample and sample_first"):
+        tree_shape({"top_k": 4, "depth": 4, "nodes": 8, "sample": "all", "sample_first": True})
+
+
+def test_ranked_draws_give_an_unlikely_drawn_child_a_top_picks_room():
+    q = torch.full((SAMPLING_V,), 0.05 / (SAMPLING_V - 3)).index_put((torch.tensor([0, 1, 2]),),
+                                                                     torch.tensor([0.6, 0.25, 0.1]))
+    unlikely, likely = 2, 0
+    under_unlikely = torch.log_softmax(torch.tensor([3.0] + [0.0] * (SAMPLING_V - 1)), -1)  # a sure next token
+    under_others = torch.log_softmax(torch.tensor([1.5] + [0.0] * (SAMPLING_V - 1)), -1)  # a likelier guess
+
+    def step(pool, frontier):
+        return torch.stack([under_unlikely if pool.tokens[n] == unlikely else under_others for n in frontier])
+
+    seed = next(s for s in range(1000) if int(torch.multinomial(q, 1, generator=torch.Generator().manual_seed(s)))
+                == unlikely)
+
+    def tree(ranked):  # the first child drawn: the unlikely token; the second the likeliest; room for one more
+        shape = TreeShape(2, 2, 3, sample="first", ranked=ranked)
+        out = expand(q.log(), step, shape, lambda ids: ids, temperature=1.0,
+                     generator=torch.Generator().manual_seed(seed))
+        assert [out.tokens[n] for n in out.children(-1)] == [unlikely, likely]
+        return out
+
+    assert tree(ranked=True).children(0) != [] and tree(ranked=True).children(1) == []
+    assert tree(ranked=False).children(0) == [] and tree(ranked=False).children(1) != []  # negative control
+
+
 def drawn_tree(q_log: torch.Tensor, generator: torch.Generator, shape: TreeShape, unpinned: bool = False) -> Tree:
     """`expand` below a root whose children have log q, deeper levels from a fixed random draft. Negative control
     `unpinned`: the first drawn child (and what hangs below it) dropped unless it drew the likeliest token it could,
@@ -413,9 +452,11 @@ def test_grafting_keeps_the_drawn_child_and_its_distribution():
     assert all(grafted.q[n, grafted.tokens[n]] == 1.0 for n in range(1, 4))
 
 
-# +sample-last pins the root's children as +sample-all does: its own exactness is the unit test's above
+# +sample-last pins the root's children as +sample-all does, and +ranked changes only which deterministic nodes are
+# kept: +sample-last's and plain +sample-all's own exactness is the unit test's above
 @pytest.mark.parametrize("shape", [TreeShape(3, 2, 6, sample="first"), TreeShape(3, 2, 6, lookup=2, sample="first"),
-                                   TreeShape(3, 2, 6, lookup=2, sample="all")], ids=["tree", "hybrid", "hybrid-all"])
+                                   TreeShape(3, 2, 6, lookup=2, sample="all", ranked=True)],
+                         ids=["tree", "hybrid", "hybrid-all-ranked"])
 def test_trees_with_drawn_root_children_end_to_end_are_distributed_as_the_target(sampling_models, monkeypatch,
                                                                                   shape):
     target, draft = sampling_models

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: speculative.MAX_BLOCK positions
 AUTO = "auto"  # decode.tree=auto: the evaluation chooses each draft's shape (adaspec.evaluation.tree_choice)
 SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all"}  # TreeShape.sample: its name's suffix
+RANKED = "+ranked"  # TreeShape.ranked: its name's suffix, after the sample's
 
 
 @dataclass(frozen=True)
@@ -17,13 +18,16 @@ class TreeShape:
     `adaspec.drafts.hybrid`). `sample` (temperature > 0 only, greedy ignores it) draws some of the root's top_k
     children from the draft's distribution instead of taking its top picks (`adaspec.drafts.tree_expansion`):
     `first` (`+sample`) the first, then the top_k - 1 most likely of the rest; `last` (`+sample-last`) the top_k - 1
-    most likely, then one drawn from the rest; `all` (`+sample-all`) all top_k, drawn without replacement."""
+    most likely, then one drawn from the rest; `all` (`+sample-all`) all top_k, drawn without replacement.
+    `ranked` (`+ranked`, with `sample` only): the root child verified i-th is scored as the i-th most likely root
+    child, so that a drawn child, tried in a top pick's turn, has a top pick's room below it."""
 
     top_k: int = 4
     depth: int = 4
     nodes: int = 16
     lookup: int = 0
     sample: str = ""
+    ranked: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.top_k <= 16:
@@ -38,6 +42,9 @@ class TreeShape:
                              f"got {self.lookup}")
         if self.sample and self.sample not in SAMPLES:
             raise ValueError(f"decode.tree.sample must be off or one of {', '.join(SAMPLES)}, got {self.sample!r}")
+        if self.ranked and not self.sample:
+            raise ValueError("decode.tree.ranked ranks the root's drawn children: it needs decode.tree.sample "
+                             "(first, last or all)")
         if self.sample in ("last", "all") and self.nodes < self.top_k:  # every root child is pinned: it must fit
             raise ValueError(f"decode.tree.nodes ({self.nodes}) must be at least decode.tree.top_k ({self.top_k}) "
                              f"with sample={self.sample}, which keeps every child of the root")
@@ -53,19 +60,23 @@ class TreeShape:
         depth, lookup = max(0, min(self.depth, room)), max(0, min(self.lookup, room))
         if (depth, lookup) == (self.depth, self.lookup):
             return self
-        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup, self.sample)
+        return _Capped(self.top_k, depth, min(self.nodes, depth * self.top_k + lookup), lookup, self.sample,
+                       self.ranked)
 
     @property
     def name(self) -> str:
         """`k4-d4-n16`, `k4-d4-n16+lookup` (a lookup branch as long as the depth), `k4-d4-n16+lookup8`,
-        `k4-d4-n16+sample`, `k4-d3-n12+lookup8+sample`, `k4-d3-n12+lookup8+sample-all`."""
+        `k4-d4-n16+sample`, `k4-d3-n12+lookup8+sample`, `k4-d3-n12+lookup8+sample-all+ranked`."""
         suffix = "" if not self.lookup else "+lookup" if self.lookup == self.depth else f"+lookup{self.lookup}"
-        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}{SAMPLES.get(self.sample, '')}"
+        ranked = RANKED if self.ranked else ""
+        return f"k{self.top_k}-d{self.depth}-n{self.nodes}{suffix}{SAMPLES.get(self.sample, '')}{ranked}"
 
     @classmethod
     def parse(cls, name: str) -> TreeShape:
         """The inverse of `name`."""
         base, *extras = name.split("+")
+        ranked = extras[-1:] == [RANKED[1:]]
+        extras = extras[:-1] if ranked else extras
         sample = next((mode for mode, suffix in SAMPLES.items() if extras[-1:] == [suffix[1:]]), "")
         extras = extras[:-1] if sample else extras
         try:
@@ -77,8 +88,8 @@ class TreeShape:
             lookup = 0 if not extras else int(extras[0][len("lookup"):] or numbers[1])
         except (ValueError, IndexError):
             raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]]"
-                             f"[+sample[-last|-all]], e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
-        return cls(*numbers, lookup, sample)
+                             f"[+sample[-last|-all][+ranked]], e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
+        return cls(*numbers, lookup, sample, ranked)
 
 
 @dataclass(frozen=True)
@@ -91,8 +102,8 @@ class _Capped(TreeShape):
 
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
-    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth) and sample (off, first, last,
-    all; `sample_first: true` is `sample: first`). Bad input
+    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth), sample (off, first, last, all;
+    `sample_first: true` is `sample: first`) and ranked (true or false). Bad input
     raises ValueError naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
     if is_auto(decode_tree):
         raise ValueError("decode.tree=auto is chosen per draft by the evaluation (adaspec.evaluation.tree_choice); "
@@ -102,10 +113,12 @@ def tree_shape(decode_tree) -> TreeShape | None:
     if isinstance(decode_tree, str):
         return TreeShape.parse(decode_tree)
     keys = dict(decode_tree)
-    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup", "sample", "sample_first"}
+    unknown = set(keys) - {"top_k", "depth", "nodes", "lookup", "sample", "sample_first", "ranked"}
     if unknown:
         raise ValueError(f"decode.tree: unknown key(s) {sorted(unknown)}; allowed: top_k, depth, nodes, lookup, "
-                         "sample (or off)")
+                         "sample, ranked (or off)")
+    if "sample" in keys and "sample_first" in keys:
+        raise ValueError("decode.tree gives both sample and sample_first (its older spelling); keep sample only")
     if isinstance(keys.get("lookup"), bool):  # lookup: true is a branch as long as the depth
         keys["lookup"] = int(keys.get("depth", TreeShape.depth)) if keys["lookup"] else 0
     sample_first = keys.pop("sample_first", False)
@@ -113,7 +126,10 @@ def tree_shape(decode_tree) -> TreeShape | None:
         raise ValueError(f"decode.tree.sample_first must be true or false, got {sample_first!r}")
     sample = keys.pop("sample", "first" if sample_first else False)
     sample = "" if sample is False or str(sample) in ("off", "none") else str(sample)
-    return TreeShape(**{k: int(v) for k, v in keys.items()}, sample=sample)
+    ranked = keys.pop("ranked", False)
+    if not isinstance(ranked, bool):
+        raise ValueError(f"decode.tree.ranked must be true or false, got {ranked!r}")
+    return TreeShape(**{k: int(v) for k, v in keys.items()}, sample=sample, ranked=ranked)
 
 
 def is_auto(decode_tree) -> bool:

@@ -18,6 +18,11 @@ the tree never depends on what was drawn, and a child verified before a draw mus
 it: so every root child up to the last drawn one is pinned, always kept, in that order (later siblings and every
 deeper node may depend on the draws: they are verified as deterministic picks, after them). Only the root gets
 drawn children: a draw deeper down would compete with earlier-verified nodes for the node budget.
+
+A drawn child is tried in a top pick's turn but scored by its own, often lower, probability, so the budget keeps
+few nodes below it. `TreeShape.ranked` scores the root child tried i-th as the i-th most likely root child (its own
+score where that is higher): the nodes below a drawn child then compete as if it were that top pick. The scores
+only choose which nodes the draft proposes, never how they are verified.
 """
 
 from __future__ import annotations
@@ -70,8 +75,10 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
     drawn: dict[int, Tensor] = {}  # pool node -> the distribution it was drawn from
     if shape.sample and temperature > 0:
         frontier = []
-        for token, q in root_children(root_logprobs, k, shape.sample, generator):
-            frontier.append(pool.add(token, -1, float(root_logprobs[token])))
+        turn_scores = root_logprobs.topk(k).values.tolist()  # shape.ranked: the i-th child tried, the i-th best
+        for i, (token, q) in enumerate(root_children(root_logprobs, k, shape.sample, generator)):
+            own = float(root_logprobs[token])
+            frontier.append(pool.add(token, -1, max(own, turn_scores[i]) if shape.ranked else own))
             if q is not None:
                 drawn[frontier[-1]] = q
     else:
