@@ -230,10 +230,11 @@ gpu-check: install
 	$(PY) -m adaspec.commands.gpu_check $(ARGS)
 
 # one pytest worker per core (the tests run their models on one thread each); a file's tests stay on one worker,
-# so a module's fixtures are built once. PYTEST_WORKERS=0 runs them in this process.
+# so a module's fixtures are built once, and modules go out in collection order, the slowest first
+# (tests/conftest.py, SLOWEST_MODULES). PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= auto
 test: install
-	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
+	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m "not slow" -q --durations=25 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test-slow: install
 	HF_HUB_OFFLINE=1 WANDB_MODE=offline $(PY) -m pytest -m slow -q

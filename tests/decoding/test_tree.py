@@ -473,3 +473,55 @@ def test_trees_with_drawn_root_children_end_to_end_are_distributed_as_the_target
     assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
     monkeypatch.setattr(spec_mod, "accept_sampled", wrong_residual)  # negative control (the drawn child's own: above)
     assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) < P_THRESHOLD
+
+
+# ------------------------------------------------------------------- sampling: every depth drawn
+
+
+def test_every_depth_drawn_is_named_and_refused_where_its_draws_do_not_fit():
+    shape = TreeShape.parse("k4-d3-n20+lookup8+sample-deep")
+    assert shape == TreeShape(4, 3, 20, 8, sample="deep") and shape.name == "k4-d3-n20+lookup8+sample-deep"
+    assert tree_shape({"top_k": 1, "depth": 3, "nodes": 11, "lookup": 8, "sample": "deep"}).name == \
+        "k1-d3-n11+lookup8+sample-deep"
+    with pytest.raises(ValueError, match=r"decode.tree.nodes \(12\) must be at least top_k \* depth \(16\)"):
+        TreeShape.parse("k4-d4-n12+sample-deep")
+
+
+def test_every_depth_drawn_keeps_top_k_draws_per_depth_each_with_its_distribution():
+    q_log = torch.log_softmax(torch.randn(SAMPLING_V, generator=torch.Generator().manual_seed(5)) * 2, -1).double()
+    tree = drawn_tree(q_log, torch.Generator().manual_seed(1), TreeShape(3, 3, 9, sample="deep"))
+    assert [tree.depths.count(d) for d in (1, 2, 3)] == [3, 3, 3] and tree.pinned == tuple(range(9))
+    assert drawn_children(tree) == list(range(9))  # every node verified as a draw
+    for n in range(9):  # drawn from its parent's q without the siblings drawn before it
+        earlier = [c for c in tree.children(tree.parents[n]) if c < n]
+        assert all(float(tree.q[n, tree.tokens[c]]) == 0.0 for c in earlier)
+        assert tree.q[n].sum().item() == pytest.approx(1.0)
+
+
+def deeper_draws_against_a_sharper_q(probs, tree, generator):
+    """`accept_sampled` told that every draw below the root's children came from its q^2 (normalised), not its q."""
+    if tree.q is None:
+        return accept_sampled(probs, tree, generator)
+    q = tree.q.clone()
+    for n in drawn_children(tree):
+        if tree.depths[n] >= 2:
+            q[n] = q[n] ** 2 / (q[n] ** 2).sum()
+    return accept_sampled(probs, Tree(tree.tokens, tree.parents, q), generator)
+
+
+def test_a_hybrid_drawn_at_every_depth_end_to_end_is_distributed_as_the_target(sampling_models, monkeypatch):
+    target, draft = sampling_models
+    prompt, temperature, shape = torch.tensor([[3, 1, 3]]), 0.7, TreeShape(3, 2, 8, lookup=2, sample="deep")
+    exact = exact_two_token_distribution(target, prompt, temperature)
+
+    def spec(gen):
+        return speculative_generate(target, draft, prompt, gamma_policy=FixedGamma(2), max_new_tokens=3,
+                                    eos_token_id=None, temperature=temperature, generator=gen, tree=shape).tokens
+
+    session = hybrid.for_shape(draft, shape).start(prompt, SAMPLING_V)
+    tree = session.propose_tree(prompt[0], shape, temperature, torch.Generator().manual_seed(0))
+    assert len(tree.pinned) == 6 and set(drawn_children(tree)) <= set(tree.pinned)  # the graft moved no draw out
+    assert sorted(tree.depths[n] for n in tree.pinned) == [1, 1, 1, 2, 2, 2]
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) > P_THRESHOLD
+    monkeypatch.setattr(spec_mod, "accept_sampled", deeper_draws_against_a_sharper_q)  # negative control: depth 2
+    assert chi2_pvalue(sample_two_tokens(spec, 1200), exact) < P_THRESHOLD

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: speculative.MAX_BLOCK positions
 AUTO = "auto"  # decode.tree=auto: the evaluation chooses each draft's shape (adaspec.evaluation.tree_choice)
-SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all"}  # TreeShape.sample: its name's suffix
+SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all", "deep": "+sample-deep"}  # TreeShape.sample: its name's suffix
 RANKED = "+ranked"  # TreeShape.ranked: its name's suffix, after the sample's
 
 
@@ -18,7 +18,9 @@ class TreeShape:
     `adaspec.drafts.hybrid`). `sample` (temperature > 0 only, greedy ignores it) draws some of the root's top_k
     children from the draft's distribution instead of taking its top picks (`adaspec.drafts.tree_expansion`):
     `first` (`+sample`) the first, then the top_k - 1 most likely of the rest; `last` (`+sample-last`) the top_k - 1
-    most likely, then one drawn from the rest; `all` (`+sample-all`) all top_k, drawn without replacement.
+    most likely, then one drawn from the rest; `all` (`+sample-all`) all top_k, drawn without replacement; `deep`
+    (`+sample-deep`) top_k nodes at every depth, all drawn (the nodes must hold top_k * depth; the rest is the
+    lookup branch's).
     `ranked` (`+ranked`, with `sample` only): the root child verified i-th is scored as the i-th most likely root
     child, so that a drawn child, tried in a top pick's turn, has a top pick's room below it."""
 
@@ -48,6 +50,9 @@ class TreeShape:
         if self.sample in ("last", "all") and self.nodes < self.top_k:  # every root child is pinned: it must fit
             raise ValueError(f"decode.tree.nodes ({self.nodes}) must be at least decode.tree.top_k ({self.top_k}) "
                              f"with sample={self.sample}, which keeps every child of the root")
+        if self.sample == "deep" and self.nodes < self.top_k * self.depth:  # every node drawn is pinned
+            raise ValueError(f"decode.tree.nodes ({self.nodes}) must be at least top_k * depth "
+                             f"({self.top_k * self.depth}) with sample=deep, which keeps every node it draws")
 
     @property
     def reach(self) -> int:
@@ -88,7 +93,7 @@ class TreeShape:
             lookup = 0 if not extras else int(extras[0][len("lookup"):] or numbers[1])
         except (ValueError, IndexError):
             raise ValueError(f"tree shape {name!r}: expected k<top_k>-d<depth>-n<nodes>[+lookup[<length>]]"
-                             f"[+sample[-last|-all][+ranked]], e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
+                             f"[+sample[-last|-all|-deep][+ranked]], e.g. k4-d4-n16 or k4-d4-n12+lookup8") from None
         return cls(*numbers, lookup, sample, ranked)
 
 
@@ -102,7 +107,7 @@ class _Capped(TreeShape):
 
 def tree_shape(decode_tree) -> TreeShape | None:
     """The `decode.tree` setting: `off` (chains: None), a shape name (`k4-d4-n16+lookup`) or a mapping with the
-    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth), sample (off, first, last, all;
+    keys top_k, depth, nodes and optionally lookup (a length, or true: the depth), sample (off, first, last, all, deep;
     `sample_first: true` is `sample: first`) and ranked (true or false). Bad input
     raises ValueError naming the key; so does `auto`, which only the evaluation resolves (`is_auto`)."""
     if is_auto(decode_tree):

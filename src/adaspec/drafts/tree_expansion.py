@@ -17,7 +17,9 @@ that is the q it is verified against. A draw can only be verified against the q 
 the tree never depends on what was drawn, and a child verified before a draw must be there whatever is drawn after
 it: so every root child up to the last drawn one is pinned, always kept, in that order (later siblings and every
 deeper node may depend on the draws: they are verified as deterministic picks, after them). Only the root gets
-drawn children: a draw deeper down would compete with earlier-verified nodes for the node budget.
+drawn children: a draw deeper down would compete with earlier-verified nodes for the node budget, unless the
+budget is split before anything is drawn: `+sample-deep` (`draw_every_depth`) draws top_k nodes at every depth,
+each node's number of children fixed before its children are drawn, and pins them all.
 
 A drawn child is tried in a top pick's turn but scored by its own, often lower, probability, so the budget keeps
 few nodes below it. `TreeShape.ranked` scores the root child tried i-th as the i-th most likely root child (its own
@@ -73,7 +75,9 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         return Tree([], [], scores=[])
     k = min(shape.top_k, root_logprobs.shape[-1])
     drawn: dict[int, Tensor] = {}  # pool node -> the distribution it was drawn from
-    if shape.sample and temperature > 0:
+    if shape.sample == "deep" and temperature > 0:
+        drawn = draw_every_depth(pool, root_logprobs, step, shape, generator)
+    elif shape.sample and temperature > 0:
         frontier = []
         turn_scores = root_logprobs.topk(k).values.tolist()  # shape.ranked: the i-th child tried, the i-th best
         for i, (token, q) in enumerate(root_children(root_logprobs, k, shape.sample, generator)):
@@ -84,7 +88,7 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
     else:
         values, tokens = root_logprobs.topk(k)
         frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
-    for _ in range(shape.depth - 1):
+    for _ in range(shape.depth - 1 if shape.sample != "deep" or temperature <= 0 else 0):
         logprobs = step(pool, frontier)
         values, tokens = logprobs.topk(min(shape.top_k, logprobs.shape[-1]), dim=-1)
         offered = [(pool.scores[node] + v, t, node)
@@ -94,6 +98,8 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         frontier = sorted(added, key=lambda n: -pool.scores[n])[: shape.top_k]
         frontier.sort()
     pinned = tuple(range(max(drawn) + 1)) if drawn else ()  # the root's children up to the last drawn one
+    if shape.sample == "deep" and temperature > 0:
+        pinned = tuple(range(len(pool.tokens)))
     rank = [0.0 if n in pinned else pool.scores[n] for n in range(len(pool.tokens))]
     kept = sorted(sorted(range(len(pool.tokens)), key=lambda n: (-rank[n], pool.depths[n], n))[: shape.nodes])
     if chosen is not None:
@@ -127,6 +133,42 @@ def root_children(root_logprobs: Tensor, k: int, how: str, generator: torch.Gene
             token, q = int(left.argmax()), None
         children.append((token, q))
         left = left.index_fill(-1, torch.tensor([token], device=left.device), 0.0)
+    return children
+
+
+def draw_every_depth(pool: Pool, root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], shape: TreeShape,
+                     generator: torch.Generator | None) -> dict[int, Tensor]:
+    """`TreeShape.sample` = `deep`: top_k nodes at every depth, every one drawn. The root's top_k children are drawn
+    without replacement; at each later depth the previous depth's nodes are read in one forward, and the top_k child
+    slots of highest value go to them (a slot's value: its parent's score plus the parent's j-th highest child
+    log-probability, known before anything is drawn there), each node's slots then drawn without replacement from
+    its distribution. A node's score is its slot's value, so how many children a node gets never depends on what is
+    drawn for them, and every node is pinned: each draw is verified against the q it came from. Returns each drawn
+    node's distribution."""
+    drawn: dict[int, Tensor] = {}
+    k = min(shape.top_k, root_logprobs.shape[-1])
+    level = add_draws(pool, -1, 0.0, root_logprobs, k, generator, drawn)
+    for _ in range(shape.depth - 1):
+        logprobs = step(pool, level)
+        best = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1).values.tolist()
+        slots = sorted(((pool.scores[node] + v, i) for i, (node, row) in enumerate(zip(level, best, strict=True))
+                        for v in row), key=lambda slot: -slot[0])[:k]
+        counts = [sum(1 for _, i in slots if i == row) for row in range(len(level))]
+        level = [child for i, node in enumerate(level) if counts[i]
+                 for child in add_draws(pool, node, pool.scores[node], logprobs[i], counts[i], generator, drawn)]
+    return drawn
+
+
+def add_draws(pool: Pool, parent: int, parent_score: float, logprobs: Tensor, count: int,
+              generator: torch.Generator | None, drawn: dict[int, Tensor]) -> list[int]:
+    """`count` children of `parent` drawn without replacement from `logprobs`, scored as the `count` most likely
+    children would be; records each draw's distribution in `drawn`."""
+    turn_scores = logprobs.topk(count).values.tolist()
+    children = []
+    for score, (token, q) in zip(turn_scores, root_children(logprobs, count, "all", generator), strict=True):
+        children.append(pool.add(token, parent, parent_score + score))
+        if q is not None:
+            drawn[children[-1]] = q
     return children
 
 
