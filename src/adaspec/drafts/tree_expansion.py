@@ -67,15 +67,16 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
            generator: torch.Generator | None = None, q_to_target: Callable[[Tensor], Tensor] | None = None) -> Tree:
     """The tree of `shape` below a root whose children have `root_logprobs [support]` (module docstring);
     `to_target` maps support ids to target ids. `chosen` (a list) receives each tree node's pool index.
-    `temperature` > 0 with `shape.sample`: the root's children are drawn as it says with `generator`, and the tree
-    carries `q` (mapped to the target's vocabulary by `q_to_target`): each drawn child's distribution, one-hot rows
-    for every other node."""
+    `temperature` > 0 with `shape.sample`: the root's children (`deep`: every node) are drawn as it says with
+    `generator`, and the tree carries `q` (mapped to the target's vocabulary by `q_to_target`): each drawn node's
+    distribution, one-hot rows for every other node."""
     pool = Pool()
     if shape.depth == 0 or shape.nodes == 0:
         return Tree([], [], scores=[])
     k = min(shape.top_k, root_logprobs.shape[-1])
     drawn: dict[int, Tensor] = {}  # pool node -> the distribution it was drawn from
-    if shape.sample == "deep" and temperature > 0:
+    deep = shape.sample == "deep" and temperature > 0
+    if deep:
         drawn = draw_every_depth(pool, root_logprobs, step, shape, generator)
     elif shape.sample and temperature > 0:
         frontier = []
@@ -85,21 +86,14 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
             frontier.append(pool.add(token, -1, max(own, turn_scores[i]) if shape.ranked else own))
             if q is not None:
                 drawn[frontier[-1]] = q
+        grow(pool, frontier, step, shape)
     else:
         values, tokens = root_logprobs.topk(k)
-        frontier = [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)]
-    for _ in range(shape.depth - 1 if shape.sample != "deep" or temperature <= 0 else 0):
-        logprobs = step(pool, frontier)
-        values, tokens = logprobs.topk(min(shape.top_k, logprobs.shape[-1]), dim=-1)
-        offered = [(pool.scores[node] + v, t, node)
-                   for node, vs, ts in zip(frontier, values.tolist(), tokens.tolist(), strict=True)
-                   for v, t in zip(vs, ts, strict=True)]
-        added = [pool.add(t, node, score) for score, t, node in offered]
-        frontier = sorted(added, key=lambda n: -pool.scores[n])[: shape.top_k]
-        frontier.sort()
-    pinned = tuple(range(max(drawn) + 1)) if drawn else ()  # the root's children up to the last drawn one
-    if shape.sample == "deep" and temperature > 0:
-        pinned = tuple(range(len(pool.tokens)))
+        grow(pool, [pool.add(t, -1, v) for t, v in zip(tokens.tolist(), values.tolist(), strict=True)], step, shape)
+    if deep:
+        pinned = tuple(range(len(pool.tokens)))  # every node drawn
+    else:
+        pinned = tuple(range(max(drawn) + 1)) if drawn else ()  # the root's children up to the last drawn one
     rank = [0.0 if n in pinned else pool.scores[n] for n in range(len(pool.tokens))]
     kept = sorted(sorted(range(len(pool.tokens)), key=lambda n: (-rank[n], pool.depths[n], n))[: shape.nodes])
     if chosen is not None:
@@ -115,6 +109,20 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         q = q if q_to_target is None else q_to_target(q)
     return Tree(target_ids, [index.get(pool.parents[n], -1) for n in kept], q, [rank[n] for n in kept],
                 pinned=pinned)
+
+
+def grow(pool: Pool, frontier: list[int], step: Callable[[Pool, list[int]], Tensor], shape: TreeShape) -> None:
+    """EAGLE-2's later depths below the root's children `frontier`: each depth's frontier offers its top_k children
+    to the pool, and the top_k best of them by cumulative log-probability are the next frontier."""
+    for _ in range(shape.depth - 1):
+        logprobs = step(pool, frontier)
+        values, tokens = logprobs.topk(min(shape.top_k, logprobs.shape[-1]), dim=-1)
+        offered = [(pool.scores[node] + v, t, node)
+                   for node, vs, ts in zip(frontier, values.tolist(), tokens.tolist(), strict=True)
+                   for v, t in zip(vs, ts, strict=True)]
+        added = [pool.add(t, node, score) for score, t, node in offered]
+        frontier = sorted(added, key=lambda n: -pool.scores[n])[: shape.top_k]
+        frontier.sort()
 
 
 def root_children(root_logprobs: Tensor, k: int, how: str, generator: torch.Generator | None
