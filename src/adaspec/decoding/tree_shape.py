@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 MAX_NODES = 32  # a tree verification reads at most the root and 32 nodes: speculative.MAX_BLOCK positions
 AUTO = "auto"  # decode.tree=auto: the evaluation chooses each draft's shape (adaspec.evaluation.tree_choice)
-SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all", "deep": "+sample-deep"}  # TreeShape.sample: its name's suffix
+# TreeShape.sample: its name's suffix
+SAMPLES = {"first": "+sample", "last": "+sample-last", "all": "+sample-all", "deep": "+sample-deep"}
 RANKED = "+ranked"  # TreeShape.ranked: its name's suffix, after the sample's
 
 
@@ -46,7 +47,7 @@ class TreeShape:
             raise ValueError(f"decode.tree.sample must be off or one of {', '.join(SAMPLES)}, got {self.sample!r}")
         if self.ranked and not self.sample:
             raise ValueError("decode.tree.ranked ranks the root's drawn children: it needs decode.tree.sample "
-                             "(first, last or all)")
+                             f"({', '.join(SAMPLES)})")
         if self.sample in ("last", "all") and self.nodes < self.top_k:  # every root child is pinned: it must fit
             raise ValueError(f"decode.tree.nodes ({self.nodes}) must be at least decode.tree.top_k ({self.top_k}) "
                              f"with sample={self.sample}, which keeps every child of the root")

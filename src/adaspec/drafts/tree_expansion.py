@@ -80,10 +80,10 @@ def expand(root_logprobs: Tensor, step: Callable[[Pool, list[int]], Tensor], sha
         drawn = draw_every_depth(pool, root_logprobs, step, shape, generator)
     elif shape.sample and temperature > 0:
         frontier = []
-        turn_scores = root_logprobs.topk(k).values.tolist()  # shape.ranked: the i-th child tried, the i-th best
-        for i, (token, q) in enumerate(root_children(root_logprobs, k, shape.sample, generator)):
+        turn_scores = root_logprobs.topk(k).values.tolist() if shape.ranked else None  # i-th tried, i-th best
+        for i, (token, q) in enumerate(choose_children(root_logprobs, k, shape.sample, generator)):
             own = float(root_logprobs[token])
-            frontier.append(pool.add(token, -1, max(own, turn_scores[i]) if shape.ranked else own))
+            frontier.append(pool.add(token, -1, max(own, turn_scores[i]) if turn_scores else own))
             if q is not None:
                 drawn[frontier[-1]] = q
         grow(pool, frontier, step, shape)
@@ -125,13 +125,14 @@ def grow(pool: Pool, frontier: list[int], step: Callable[[Pool, list[int]], Tens
         frontier.sort()
 
 
-def root_children(root_logprobs: Tensor, k: int, how: str, generator: torch.Generator | None
-                  ) -> list[tuple[int, Tensor | None]]:
-    """The root's `k` children in the order they are verified, each with the distribution it was drawn from (None: a
-    top pick): `how` is `TreeShape.sample` (module docstring). Every choice leaves out the children chosen before it;
-    a draw from what is left of q, renormalised (a top pick where nothing is left: q underflowed to one-hot)."""
+def choose_children(logprobs: Tensor, k: int, how: str, generator: torch.Generator | None
+                    ) -> list[tuple[int, Tensor | None]]:
+    """`k` children of a node whose children have `logprobs` (the root's; any node's with `how` = `all`), in the order
+    they are verified, each with the distribution it was drawn from (None: a top pick): `how` is `TreeShape.sample`
+    (module docstring). Every choice leaves out the children chosen before it; a draw from what is left of q,
+    renormalised (a top pick where nothing is left: q underflowed to one-hot)."""
     drawn_at = {"first": {0}, "last": {k - 1}, "all": set(range(k))}[how]
-    left = root_logprobs.float().exp()
+    left = logprobs.float().exp()
     children: list[tuple[int, Tensor | None]] = []
     for i in range(k):
         mass = float(left.sum())
@@ -173,7 +174,7 @@ def add_draws(pool: Pool, parent: int, parent_score: float, logprobs: Tensor, co
     children would be; records each draw's distribution in `drawn`."""
     turn_scores = logprobs.topk(count).values.tolist()
     children = []
-    for score, (token, q) in zip(turn_scores, root_children(logprobs, count, "all", generator), strict=True):
+    for score, (token, q) in zip(turn_scores, choose_children(logprobs, count, "all", generator), strict=True):
         children.append(pool.add(token, parent, parent_score + score))
         if q is not None:
             drawn[children[-1]] = q
